@@ -1,0 +1,403 @@
+"""Prometheus metrics of the sidecar: names, label sets and the calls that feed them.
+
+Every metric is created on an injected :class:`~prometheus_client.CollectorRegistry`
+(no module-level metric objects), so tests build as many :class:`Metrics` as they like.
+The proxy calls one small typed method per request or event; nothing else touches
+prometheus_client.
+
+Label sets are bounded by construction:
+
+- ``route``, ``outcome``, ``kind``, ``step``, ``channel``, ``mode`` and ``result`` are
+  closed :data:`~typing.Literal` enums, checked by mypy at the call site.
+- ``model`` goes through :class:`LabelCap` with the configured ``model_allowlist``:
+  an exact name is kept, anything else becomes ``other``. The entry ``"*"`` admits any
+  name, but only the first ``max_models`` distinct names (default 50) of the process
+  lifetime; later ones become ``other``. An empty allow-list maps every model to
+  ``other``. Names longer than 128 characters or holding control characters are
+  always ``other``.
+- ``detector`` and policy ``rule`` names come from code and config, never from a
+  request; they are capped the same way (``*`` with a cap of 50) as a last guard.
+- Request ids, prompts and completions are never labels.
+
+Multiprocess mode (``serve --workers N``): prometheus_client picks its value store when
+it is first imported, from ``PROMETHEUS_MULTIPROC_DIR``. The variable must therefore be
+set before the worker processes start (the supervisor sets it and empties the
+directory), and :func:`exposition` then merges the per-process files. When a worker
+exits, the supervisor calls :func:`mark_worker_dead` so the live gauges drop its share.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Sequence
+from typing import Final, Literal
+
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+    values,
+)
+from prometheus_client import multiprocess as _mp
+
+__all__ = [
+    "OTHER",
+    "Channel",
+    "LabelCap",
+    "LadderStep",
+    "Metrics",
+    "Mode",
+    "Outcome",
+    "ReissueOutcome",
+    "ReloadResult",
+    "Route",
+    "UpstreamErrorKind",
+    "exposition",
+    "mark_worker_dead",
+    "multiprocess_dir",
+]
+
+PREFIX: Final = "runaway_sidecar_"
+OTHER: Final = "other"
+DEFAULT_MAX_MODELS: Final = 50
+_MAX_NAME_LEN: Final = 128
+
+Route = Literal["chat", "completions", "passthrough"]
+"""``chat`` is ``POST /v1/chat/completions``, ``completions`` is ``POST /v1/completions``;
+every other method and path is ``passthrough``."""
+
+Outcome = Literal[
+    "ok",  # answered without any runaway detected (or pass-through relayed)
+    "shadow",  # a runaway was detected in shadow mode; the response was left unchanged
+    "reissued",  # cut, and a reissue's answer was spliced in
+    "cut",  # cut in ``cut`` mode: ended cleanly without a reissue
+    "exhausted",  # every ladder step ran away too; ended with finish_reason "length"
+    "client_disconnect",  # the client went away before the response ended
+    "upstream_error",  # the upstream failed and the client got an error
+    "rejected",  # refused by the sidecar itself (body too large, API key, draining)
+    "error",  # a sidecar bug: the client got a 500 or an in-stream error
+]
+Channel = Literal["thinking", "content"]
+Mode = Literal["enforce", "cut", "shadow"]
+LadderStep = Literal["thinking_off", "fallback_model", "salvage"]
+ReissueOutcome = Literal["ok", "runaway", "upstream_error", "client_disconnect", "error"]
+UpstreamErrorKind = Literal["connect", "timeout", "reset", "status_5xx", "protocol", "other"]
+"""``connect``: refused or unreachable; ``timeout``: connect or read timeout;
+``reset``: connection closed early, before or during the body; ``status_5xx``: the
+upstream answered 5xx; ``protocol``: invalid SSE or JSON from the upstream."""
+ReloadResult = Literal["ok", "error"]
+
+# Buckets: powers of two cover 64 tokens to the 64k-token contexts in use; the
+# seconds buckets run from a sub-second answer to the 10-minute runaways seen in
+# the field (141 s at 65 tok/s for one 8k-token request).
+TOKEN_BUCKETS: Final = (64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536)
+THINKING_SECONDS_BUCKETS: Final = (0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300, 600)
+TTFC_SECONDS_BUCKETS: Final = (0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300)
+
+
+class LabelCap:
+    """Maps free-form names (models, detectors, rules) onto a bounded label set.
+
+    ``allowed`` holds exact names, plus optionally ``"*"``: admit any valid name until
+    ``cap`` distinct wildcard names have been seen. Everything else maps to ``other``.
+    Not thread-safe; the sidecar calls it from one event loop per process.
+    """
+
+    __slots__ = ("_cap", "_exact", "_seen", "_wildcard")
+
+    def __init__(self, allowed: Iterable[str], cap: int = DEFAULT_MAX_MODELS) -> None:
+        names = set(allowed)
+        self._wildcard = "*" in names
+        names.discard("*")
+        self._exact = frozenset(n for n in names if _valid(n))
+        self._cap = cap
+        self._seen: set[str] = set()
+
+    def __call__(self, name: str | None) -> str:
+        """Return the label value for ``name`` (``other`` for ``None``)."""
+        if name is None:
+            return OTHER
+        if name in self._exact or name in self._seen:
+            return name
+        if self._wildcard and len(self._seen) < self._cap and _valid(name):
+            self._seen.add(name)
+            return name
+        return OTHER
+
+
+def _valid(name: str) -> bool:
+    return 0 < len(name) <= _MAX_NAME_LEN and name.isprintable()
+
+
+def multiprocess_dir() -> str | None:
+    """The multiprocess directory in force, or ``None`` in single-process mode.
+
+    Raises :class:`RuntimeError` when ``PROMETHEUS_MULTIPROC_DIR`` is set but
+    prometheus_client was imported before it was: the workers would then count in
+    private memory and ``/metrics`` would silently show nothing.
+    """
+    path = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
+    if not path:
+        return None
+    if not getattr(values.ValueClass, "_multiprocess", False):
+        raise RuntimeError(
+            "PROMETHEUS_MULTIPROC_DIR was set after prometheus_client was imported; "
+            "set it in the environment before the worker processes start"
+        )
+    return path
+
+
+def exposition(registry: CollectorRegistry) -> tuple[bytes, str]:
+    """Render the text exposition and its content type.
+
+    Single-process: ``registry`` as is. Multiprocess: the merged files of every
+    worker (``registry`` is ignored there, since each worker holds only its own share).
+    """
+    path = multiprocess_dir()
+    if path is None:
+        return generate_latest(registry), CONTENT_TYPE_LATEST
+    merged = CollectorRegistry()
+    # prometheus_client ships these two functions without annotations.
+    _mp.MultiProcessCollector(merged, path=path)  # type: ignore[no-untyped-call]
+    return generate_latest(merged), CONTENT_TYPE_LATEST
+
+
+def mark_worker_dead(pid: int) -> None:
+    """Drop the live-gauge files of an exited worker (no-op in single-process mode)."""
+    path = multiprocess_dir()
+    if path is not None:
+        _mp.mark_process_dead(pid, path)  # type: ignore[no-untyped-call]
+
+
+class Metrics:
+    """All sidecar metrics, registered on ``registry``.
+
+    Build one per process at startup. Each method is called exactly once per event
+    it names; the docstrings say when. Methods never raise for label values, since
+    the free-form ones are capped.
+    """
+
+    def __init__(
+        self,
+        registry: CollectorRegistry,
+        model_allowlist: Sequence[str],
+        version: str,
+        *,
+        max_models: int = DEFAULT_MAX_MODELS,
+    ) -> None:
+        multiprocess_dir()  # fail loudly on a half-configured multiprocess setup
+        self._model = LabelCap(model_allowlist, max_models)
+        self._detector = LabelCap(["*"], 50)
+        self._rule = LabelCap(["*"], 50)
+        r = registry
+        p = PREFIX
+
+        self._requests = Counter(
+            p + "requests",
+            "Requests finished, by route, outcome and model "
+            "(model is empty on pass-through routes).",
+            ["route", "outcome", "model"],
+            registry=r,
+        )
+        self._runaways = Counter(
+            p + "runaways",
+            "Runaways detected and acted on (enforce or cut mode), "
+            "one per detection, reissue attempts included.",
+            ["model", "detector", "channel", "mode"],
+            registry=r,
+        )
+        self._shadow = Counter(
+            p + "shadow_detections",
+            "Runaways detected in shadow mode (nothing changed).",
+            ["model", "detector", "channel"],
+            registry=r,
+        )
+        self._reissues = Counter(
+            p + "reissues",
+            "Reissue attempts finished, by ladder step and outcome.",
+            ["model", "step", "outcome"],
+            registry=r,
+        )
+        self._exhausted = Counter(
+            p + "ladder_exhausted",
+            "Requests whose every ladder step ran away; the client got finish_reason length.",
+            ["model"],
+            registry=r,
+        )
+        self._wasted = Counter(
+            p + "wasted_tokens",
+            "Tokens generated upstream by attempts that were cut.",
+            ["model"],
+            registry=r,
+        )
+        self._saved = Counter(
+            p + "saved_tokens",
+            "Generation budget left unspent at a cut (max_tokens "
+            "minus tokens generated): an upper bound on the tokens the cut saved.",
+            ["model"],
+            registry=r,
+        )
+        self._output = Counter(
+            p + "output_tokens",
+            "Tokens generated upstream for watched requests, by channel.",
+            ["model", "channel"],
+            registry=r,
+        )
+        self._thinking_tokens = Histogram(
+            p + "thinking_tokens",
+            "Thinking tokens per watched request, all attempts.",
+            ["model"],
+            buckets=TOKEN_BUCKETS,
+            registry=r,
+        )
+        self._thinking_seconds = Histogram(
+            p + "thinking_seconds",
+            "Seconds spent thinking per watched request, "
+            "from the first thinking token to the first content token or the cut.",
+            ["model"],
+            buckets=THINKING_SECONDS_BUCKETS,
+            registry=r,
+        )
+        self._ttfc = Histogram(
+            p + "time_to_first_content_seconds",
+            "Seconds from request arrival to the first content token sent to the client.",
+            ["model"],
+            buckets=TTFC_SECONDS_BUCKETS,
+            registry=r,
+        )
+        self._detection = Histogram(
+            p + "detection_point_tokens",
+            "Tokens generated in the attempt when a detector fired.",
+            ["detector"],
+            buckets=TOKEN_BUCKETS,
+            registry=r,
+        )
+        self._upstream_errors = Counter(
+            p + "upstream_errors", "Upstream failures, by kind.", ["kind"], registry=r
+        )
+        self._active = Gauge(
+            p + "active_streams",
+            "Requests on watched routes currently streaming.",
+            registry=r,
+            multiprocess_mode="livesum",
+        )
+        self._disconnects = Counter(
+            p + "client_disconnects",
+            "Clients that went away before the response ended.",
+            ["route"],
+            registry=r,
+        )
+        self._policy = Counter(
+            p + "policy_decisions",
+            "Policy decisions, by the rule that decided.",
+            ["rule"],
+            registry=r,
+        )
+        self._reloads = Counter(
+            p + "config_reloads",
+            "Configuration reloads (SIGHUP), by result.",
+            ["result"],
+            registry=r,
+        )
+        build = Gauge(
+            p + "build_info",
+            "Always 1; the label carries the sidecar version.",
+            ["version"],
+            registry=r,
+            multiprocess_mode="max",
+        )
+        build.labels(version=version).set(1)
+
+    def model_label(self, model: str | None) -> str:
+        """The label value ``model`` is counted under (for logs that cite it)."""
+        return self._model(model)
+
+    def request_done(self, route: Route, outcome: Outcome, model: str | None = None) -> None:
+        """Once per request, when its response has ended (or failed).
+
+        ``model`` is the request's model on watched routes and ``None`` on pass-through
+        routes (counted with an empty label).
+        """
+        label = "" if route == "passthrough" else self._model(model)
+        self._requests.labels(route=route, outcome=outcome, model=label).inc()
+
+    def runaway(self, model: str | None, detector: str, channel: Channel, mode: Mode) -> None:
+        """Once per detection, on the first verdict of an attempt (original or reissue).
+
+        ``mode="shadow"`` counts in ``shadow_detections_total`` instead, so dashboards
+        never mix what was acted on with what was only observed.
+        """
+        m = self._model(model)
+        d = self._detector(detector)
+        if mode == "shadow":
+            self._shadow.labels(model=m, detector=d, channel=channel).inc()
+        else:
+            self._runaways.labels(model=m, detector=d, channel=channel, mode=mode).inc()
+
+    def reissue(self, model: str | None, step: LadderStep, outcome: ReissueOutcome) -> None:
+        """Once per reissue attempt, when it ends; ``runaway`` means the next step runs."""
+        self._reissues.labels(model=self._model(model), step=step, outcome=outcome).inc()
+
+    def ladder_exhausted(self, model: str | None) -> None:
+        """Once per request whose last ladder step ran away too."""
+        self._exhausted.labels(model=self._model(model)).inc()
+
+    def wasted_tokens(self, model: str | None, n: int) -> None:
+        """Once per cut attempt: the tokens it had generated upstream before the cut."""
+        if n > 0:
+            self._wasted.labels(model=self._model(model)).inc(n)
+
+    def saved_tokens(self, model: str | None, n: int) -> None:
+        """Once per cut attempt: ``max_tokens`` (or the effective budget) minus the
+        tokens generated, when the proxy knows the budget."""
+        if n > 0:
+            self._saved.labels(model=self._model(model)).inc(n)
+
+    def observe_thinking(self, model: str | None, tokens: int, seconds: float) -> None:
+        """Once per watched request when it ends: thinking tokens over all attempts,
+        and the seconds spent thinking. Also adds to ``output_tokens_total``."""
+        m = self._model(model)
+        self._thinking_tokens.labels(model=m).observe(tokens)
+        self._thinking_seconds.labels(model=m).observe(seconds)
+        if tokens > 0:
+            self._output.labels(model=m, channel="thinking").inc(tokens)
+
+    def content_tokens(self, model: str | None, n: int) -> None:
+        """Once per watched request when it ends: content tokens over all attempts."""
+        if n > 0:
+            self._output.labels(model=self._model(model), channel="content").inc(n)
+
+    def observe_ttfc(self, model: str | None, seconds: float) -> None:
+        """Once per watched request, when its first content token goes to the client."""
+        self._ttfc.labels(model=self._model(model)).observe(seconds)
+
+    def detection_point(self, detector: str, tokens: int) -> None:
+        """Together with :meth:`runaway`: tokens of the attempt when the detector fired."""
+        self._detection.labels(detector=self._detector(detector)).observe(tokens)
+
+    def upstream_error(self, kind: UpstreamErrorKind) -> None:
+        """Once per failed upstream exchange (original or reissue)."""
+        self._upstream_errors.labels(kind=kind).inc()
+
+    def stream_started(self) -> None:
+        """When a watched request starts streaming from the upstream."""
+        self._active.inc()
+
+    def stream_ended(self) -> None:
+        """Exactly once for every :meth:`stream_started`, in a ``finally``."""
+        self._active.dec()
+
+    def client_disconnect(self, route: Route) -> None:
+        """Once per request whose client went away before the response ended."""
+        self._disconnects.labels(route=route).inc()
+
+    def policy_decision(self, rule: str) -> None:
+        """Once per request that a policy rule decided (named in the config)."""
+        self._policy.labels(rule=self._rule(rule)).inc()
+
+    def reload(self, result: ReloadResult) -> None:
+        """Once per SIGHUP: ``ok`` when the new config is in force, else ``error``."""
+        self._reloads.labels(result=result).inc()
