@@ -1,0 +1,88 @@
+"""Cutting a channel's text into fixed blocks, so chunking never changes a verdict.
+
+The per-delta path only appends to a list and bumps counters. Text detectors look at the
+stream in blocks of exactly :data:`BLOCK_CHARS` characters, cut at fixed offsets of the
+channel's text, never at delta boundaries. Whatever the split of the deltas, the same blocks
+reach the detectors, so the same verdict fires at the same ``at_char``.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from detectors.tokenize import CJK_RANGES, TOKEN_RE
+
+#: Text detectors run once per this many characters of a channel.
+BLOCK_CHARS = 256
+#: A word longer than this is processed in pieces rather than carried forever.
+_MAX_CARRY = 128
+#: How much of the channel's recent text a block exposes.
+TAIL_CHARS = 8192
+_DETECT_RE = re.compile(rf"{TOKEN_RE.pattern}|\n")
+_WORD_RE = re.compile(rf"[^\W{CJK_RANGES}]+")
+
+
+@dataclass(frozen=True, slots=True)
+class Block:
+    """One fixed slice of a channel, produced when the channel's text crosses a multiple of
+    :data:`BLOCK_CHARS`. ``toks`` are the complete pseudo-tokens that end inside the slice
+    (a word cut by the slice's end is carried into the next block); line breaks are kept
+    as ``"\\n"`` tokens. ``end`` is the channel offset just after the slice."""
+
+    text: str
+    toks: list[str]
+    end: int
+    #: The channel's last :data:`TAIL_CHARS` characters up to ``end`` (for period search).
+    tail: str
+
+
+class Blocker:
+    """Accumulates a channel's deltas and hands out :class:`Block` values."""
+
+    __slots__ = ("_carry", "_parts", "_pending", "_tail", "chars")
+
+    def __init__(self) -> None:
+        self._parts: list[str] = []
+        self._pending = 0
+        self._carry = ""
+        self._tail = ""
+        #: Characters of this channel seen so far.
+        self.chars = 0
+
+    def push(self, text: str) -> list[Block] | None:
+        """Take a delta; return the blocks it completes, or None (the common case)."""
+        n = len(text)
+        self.chars += n
+        self._parts.append(text)
+        self._pending += n
+        if self._pending < BLOCK_CHARS:
+            return None
+        buf = "".join(self._parts)
+        blocks: list[Block] = []
+        start_end = self.chars - len(buf)
+        pos = 0
+        while len(buf) - pos >= BLOCK_CHARS:
+            piece = buf[pos : pos + BLOCK_CHARS]
+            pos += BLOCK_CHARS
+            blocks.append(self._block(piece, start_end + pos))
+        rest = buf[pos:]
+        self._parts = [rest] if rest else []
+        self._pending = len(rest)
+        return blocks
+
+    def _block(self, piece: str, end: int) -> Block:
+        text = self._carry + piece
+        toks = _DETECT_RE.findall(text)
+        self._carry = ""
+        # A word touching the slice's end may continue in the next delta: carry it over.
+        if toks:
+            last = toks[-1]
+            if len(last) < _MAX_CARRY and text.endswith(last) and _WORD_RE.fullmatch(last):
+                self._carry = last
+                toks.pop()
+        tail = self._tail + piece
+        if len(tail) > TAIL_CHARS:
+            tail = tail[-TAIL_CHARS:]
+        self._tail = tail
+        return Block(piece, toks, end, tail)

@@ -1,0 +1,199 @@
+"""The default chain: the explicit registry of detectors that run on every stream.
+
+``Chain.feed`` is on the hot path (once per SSE delta), so it only bumps counters, checks the
+token budget and appends the delta to its channel's :class:`~detectors.blocks.Blocker`. The
+text analyzers run once per 256-character block of a channel, at fixed offsets, so the
+verdict (detector, channel, at_char) does not depend on how the text was split into deltas.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from detectors.analyzer import BlockAnalyzer
+from detectors.base import CONTENT, THINKING, Channel, Verdict
+from detectors.blocks import Blocker
+from detectors.budget import Stall, ThinkingSecondsBudget, ThinkingTokenBudget
+from detectors.config import DetectorConfig
+from detectors.degeneration import DegenerationAnalyzer
+from detectors.periodic import PeriodicAnalyzer
+from detectors.recurrence import RecurrenceAnalyzer
+
+AnalyzerFactory = tuple[str, Callable[[], BlockAnalyzer]]
+
+
+def text_analyzers(config: DetectorConfig) -> list[AnalyzerFactory]:
+    """The text detectors of ``config``, in the order they are asked (cheapest first)."""
+    found: list[AnalyzerFactory] = []
+    if config.degeneration_enabled:
+        found.append(
+            (
+                "degeneration",
+                lambda: DegenerationAnalyzer(
+                    config.salad_run_tokens,
+                    config.symbol_run_tokens,
+                    config.script_mix,
+                    config.script_min_tokens,
+                ),
+            )
+        )
+    if config.periodic_enabled:
+        found.append(
+            (
+                "periodic",
+                lambda: PeriodicAnalyzer(
+                    config.periodic_min_repeats,
+                    config.periodic_min_span,
+                    config.periodic_max_period,
+                ),
+            )
+        )
+    if config.recurrence_enabled:
+        found.append(
+            (
+                "recurrence",
+                lambda: RecurrenceAnalyzer(
+                    config.recurrence_shingle,
+                    config.recurrence_history,
+                    config.recurrence_min_seen,
+                    config.recurrence_window_blocks,
+                    config.recurrence_threshold,
+                ),
+            )
+        )
+    return found
+
+
+class _Stream:
+    """One channel: its blocker and its own analyzer instances (state is per channel)."""
+
+    __slots__ = ("analyzers", "blocker")
+
+    def __init__(self, factories: list[AnalyzerFactory]) -> None:
+        self.blocker = Blocker()
+        self.analyzers = [(name, make()) for name, make in factories]
+
+
+class Chain:
+    """Runs the registered detectors over one stream and reports the first verdict.
+
+    After the first verdict the chain is latched: ``feed`` and ``tick`` return None and the
+    verdict stays available as :attr:`verdict`. ``at_token``/``at_char`` count all channels.
+    """
+
+    __slots__ = (
+        "_content",
+        "_last_channel",
+        "_seconds_budget",
+        "_stall",
+        "_thinking",
+        "_token_budget",
+        "chars",
+        "content_tokens",
+        "name",
+        "thinking_tokens",
+        "tokens",
+        "verdict",
+    )
+
+    def __init__(self, config: DetectorConfig, started_at: float = 0.0) -> None:
+        self.name = "chain"
+        factories = text_analyzers(config)
+        self._thinking = _Stream(factories)
+        self._content = _Stream(factories if config.content_enabled else [])
+        self._token_budget = (
+            None
+            if config.thinking_token_budget is None
+            else ThinkingTokenBudget(config.thinking_token_budget)
+        )
+        self._seconds_budget = (
+            None
+            if config.thinking_seconds_budget is None
+            else ThinkingSecondsBudget(config.thinking_seconds_budget, started_at)
+        )
+        self._stall = None if config.stall_seconds is None else Stall(config.stall_seconds, started_at)
+        self._last_channel: Channel = THINKING
+        #: Thinking tokens fed so far.
+        self.thinking_tokens = 0
+        #: Content tokens fed so far.
+        self.content_tokens = 0
+        #: Tokens fed so far on all channels.
+        self.tokens = 0
+        #: Characters fed so far on all channels.
+        self.chars = 0
+        #: The first verdict, once there is one.
+        self.verdict: Verdict | None = None
+
+    def feed(self, channel: Channel, text: str, tokens: int, now: float) -> Verdict | None:
+        """Take one delta; return the verdict it triggers (only the first one ever)."""
+        if self.verdict is not None:
+            return None
+        before = self.chars
+        self.chars = before + len(text)
+        self.tokens += tokens
+        if self._stall is not None:
+            self._stall.touch(now)
+        self._last_channel = channel
+        if channel == THINKING:
+            self.thinking_tokens += tokens
+            if not self.content_tokens:
+                if self._token_budget is not None:
+                    v = self._token_budget.check(self.thinking_tokens, self.tokens, self.chars)
+                    if v is not None:
+                        self.verdict = v
+                        return v
+                if self._seconds_budget is not None:
+                    v = self._seconds_budget.check(now, self.tokens, self.chars)
+                    if v is not None:
+                        self.verdict = v
+                        return v
+            stream = self._thinking
+        else:
+            self.content_tokens += tokens
+            stream = self._content
+        blocker = stream.blocker
+        base = blocker.chars
+        blocks = blocker.push(text)
+        if blocks is None:
+            return None
+        for block in blocks:
+            for name, analyzer in stream.analyzers:
+                found = analyzer.analyze(block)
+                if found is not None:
+                    self.verdict = Verdict(
+                        name,
+                        channel,
+                        found.reason,
+                        found.evidence,
+                        self.tokens,
+                        before + (block.end - base),
+                    )
+                    return self.verdict
+        return None
+
+    def tick(self, now: float) -> Verdict | None:
+        """Timer entry point: the stall detector and the wall-clock thinking budget."""
+        if self.verdict is not None:
+            return None
+        v = None
+        if (
+            self._seconds_budget is not None
+            and self.thinking_tokens
+            and not self.content_tokens
+        ):
+            v = self._seconds_budget.check(now, self.tokens, self.chars)
+        if v is None and self._stall is not None:
+            v = self._stall.check(now, self._last_channel, self.tokens, self.chars)
+        self.verdict = v
+        return v
+
+
+def default_chain(config: DetectorConfig, *, started_at: float = 0.0) -> Chain:
+    """The detectors that guard a stream, configured once from ``config``.
+
+    Registered, in order: the thinking token budget, the thinking wall-clock budget
+    (counted from ``started_at``), then per channel the degeneration, periodic-tail and
+    recurrence detectors (on ``content`` too unless ``content_enabled`` is off), and on the
+    timer the stall detector.
+    """
+    return Chain(config, started_at)

@@ -1,0 +1,60 @@
+"""Detector thresholds, read once when a chain is built.
+
+Every field is a plain ``int | float | bool | None`` so the service's config loader can map
+``[detectors] field_name = value`` from TOML onto it by name and type. Each field carries a
+one-line ``#:`` comment giving its meaning and unit; the README documents the same defaults.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class DetectorConfig:
+    """Thresholds of the default chain. Defaults were calibrated on real traces
+    (see README, "Detectors"); ``None`` switches a budget off."""
+
+    #: Cut thinking after this many thinking tokens (None = no budget).
+    thinking_token_budget: int | None = None
+    #: Cut thinking after this many seconds since the request started (None = no budget).
+    thinking_seconds_budget: float | None = None
+    #: Fire when no token arrived for this many seconds while streaming (None = off).
+    stall_seconds: float | None = 60.0
+
+    #: Run the recurrence (near-duplicate segments keep coming back) detector.
+    recurrence_enabled: bool = True
+    #: Shingle length of the recurrence detector, in pseudo-tokens.
+    recurrence_shingle: int = 8
+    #: How many recent shingles the recurrence detector remembers (power of two, <= 16384).
+    recurrence_history: int = 8192
+    #: A shingle counts as recurring when seen at least this many times before.
+    recurrence_min_seen: int = 2
+    #: Sliding window of the recurrence score, in 256-character blocks.
+    recurrence_window_blocks: int = 4
+    #: Fire when this share of the window's shingles are recurring (0..1).
+    recurrence_threshold: float = 0.76
+
+    #: Run the exact periodic-tail detector.
+    periodic_enabled: bool = True
+    #: Fire when the tail repeats verbatim at least this many times ...
+    periodic_min_repeats: int = 8
+    #: ... and the repeating span covers at least this many characters.
+    periodic_min_span: int = 400
+    #: Longest period searched, in characters.
+    periodic_max_period: int = 1024
+
+    #: Run the degeneration (word salad, symbol runs) detector.
+    degeneration_enabled: bool = True
+    #: Fire on a run of this many word tokens with no punctuation or line break.
+    salad_run_tokens: int = 480
+    #: Fire on a run of this many changes of symbol (no letters or digits) with no word between.
+    symbol_run_tokens: int = 80
+    #: Fire when this many writing systems (Latin, CJK, Hangul, Cyrillic, Arabic, Hebrew,
+    #: Indic/Thai) each bring at least ``script_min_tokens`` words within 2,048 characters.
+    script_mix: int = 4
+    #: Words a writing system needs in the window to count for ``script_mix``.
+    script_min_tokens: int = 8
+
+    #: Also run the text detectors on the ``content`` channel.
+    content_enabled: bool = True
