@@ -1,0 +1,10 @@
+"""A simulated vLLM 0.32 node (``--reasoning-parser qwen3``) for tests, demos and benchmarks.
+
+Byte-true to the captures in ``tests/data/captures/vllm-0.32.0``; the model name picks a
+behaviour (``sim-healthy``, ``sim-loop``, …) and ``X-Sim-Fault`` injects faults.
+"""
+
+from sidecar.simulator.config import SimulatorConfig
+from sidecar.simulator.server import make_simulator_app, run_simulator
+
+__all__ = ["SimulatorConfig", "make_simulator_app", "run_simulator"]

@@ -1,0 +1,33 @@
+"""Configuration of the simulated vLLM node."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True, slots=True)
+class SimulatorConfig:
+    """How one simulated node behaves; read once when the app is built.
+
+    - ``tokens_per_second``: generation pace of each stream (each engine step emits one token
+      per choice). ``0`` means as fast as possible; the node still yields to the event loop
+      after every token so disconnects are noticed.
+    - ``replay_file``: JSONL of traces with a ``text`` field, served by model ``sim-replay``.
+    - ``served_model_name``: an extra accepted model name that behaves like ``sim-loop``
+      (tests that mimic the captures use ``tiny-qwen``).
+    - ``max_model_len``: context length; limits and defaults ``max_tokens`` like vLLM.
+    - ``seed``: seeds ids, fingerprints and the paraphrase loop, so runs are reproducible.
+    """
+
+    tokens_per_second: float = 65.0
+    replay_file: Path | None = None
+    served_model_name: str | None = None
+    max_model_len: int = 8192
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.tokens_per_second < 0:
+            raise ValueError("tokens_per_second must be >= 0")
+        if self.max_model_len < 1:
+            raise ValueError("max_model_len must be >= 1")

@@ -1,0 +1,59 @@
+"""State shared by all requests of one simulated node, and response helpers."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+
+from aiohttp import web
+
+from sidecar.simulator.behaviours import Behaviours
+from sidecar.simulator.config import SimulatorConfig
+from sidecar.simulator.metrics import SimMetrics
+from sidecar.simulator.requests import ApiError, Job
+from sidecar.simulator.wire import Vllm032Wire
+
+VLLM_VERSION = "0.32.0"
+BASE_HEADERS = {"server": "uvicorn"}
+SSE_HEADERS = {
+    **BASE_HEADERS,
+    "content-type": "text/event-stream; charset=utf-8",
+    "vary": "Origin",
+}
+JSON_HEADERS = {**BASE_HEADERS, "content-type": "application/json"}
+
+
+class ClientGoneError(Exception):
+    """The client closed the connection; generation must stop."""
+
+
+@dataclass(slots=True)
+class Node:
+    """Everything one simulated node shares between its requests (built once per app)."""
+
+    config: SimulatorConfig
+    behaviours: Behaviours
+    metrics: SimMetrics
+    wire: Vllm032Wire = field(default_factory=Vllm032Wire)
+    rng: random.Random = field(default_factory=random.Random)
+    fingerprint: str = ""
+
+    def new_id(self, prefix: str, request: web.Request, job: Job | None) -> str:
+        """``chatcmpl-…``/``cmpl-…`` from ``X-Request-Id``, the body's ``request_id``, or
+        16 random hex digits, as vLLM does."""
+        given = request.headers.get("X-Request-Id") or (job.request_id if job else None)
+        return f"{prefix}-{given}" if given else f"{prefix}-{self.rng.getrandbits(64):016x}"
+
+
+NODE_KEY = web.AppKey("sim_node", Node)
+
+
+def json_response(body: bytes, status: int = 200) -> web.Response:
+    """A JSON body with the headers vLLM's uvicorn sends."""
+    return web.Response(status=status, body=body, headers=JSON_HEADERS)
+
+
+def error_response(node: Node, err: ApiError) -> web.Response:
+    """An OpenAI-style error body with the error's status."""
+    body = node.wire.error_body(err.message, err.err_type, err.param, err.status)
+    return json_response(body, err.status)

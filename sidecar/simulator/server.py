@@ -1,0 +1,60 @@
+"""The aiohttp app factory of the simulated vLLM node and the loop that serves it."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import zlib
+
+from aiohttp import web
+
+from sidecar.simulator.behaviours import Behaviours
+from sidecar.simulator.config import SimulatorConfig
+from sidecar.simulator.metrics import SimMetrics
+from sidecar.simulator.node import NODE_KEY, VLLM_VERSION, Node
+from sidecar.simulator.routes import (
+    embeddings_route,
+    health_route,
+    metrics_route,
+    models_route,
+    tokenize_route,
+)
+from sidecar.simulator.streaming import chat_route, completions_route
+
+
+def make_simulator_app(config: SimulatorConfig) -> web.Application:
+    """Build a simulated vLLM 0.32 node (``--reasoning-parser qwen3``) as an aiohttp app."""
+    behaviours = Behaviours(
+        seed=config.seed,
+        served_model_name=config.served_model_name,
+        replay_file=config.replay_file,
+    )
+    node = Node(
+        config=config,
+        behaviours=behaviours,
+        metrics=SimMetrics(behaviours.names),
+        rng=random.Random(config.seed),  # noqa: S311 - reproducible ids, not secrets
+        fingerprint=f"vllm-{VLLM_VERSION}-{zlib.crc32(str(config.seed).encode()):08x}",
+    )
+    app = web.Application(client_max_size=64 * 1024 * 1024)
+    app[NODE_KEY] = node
+    app.router.add_get("/health", health_route)
+    app.router.add_get("/v1/models", models_route)
+    app.router.add_get("/metrics", metrics_route)
+    app.router.add_post("/v1/chat/completions", chat_route)
+    app.router.add_post("/v1/completions", completions_route)
+    app.router.add_post("/tokenize", tokenize_route)
+    app.router.add_post("/v1/embeddings", embeddings_route)
+    return app
+
+
+async def run_simulator(config: SimulatorConfig, host: str, port: int) -> None:
+    """Serve a simulated node on ``host:port`` until cancelled, then clean up."""
+    runner = web.AppRunner(make_simulator_app(config), access_log=None)
+    await runner.setup()
+    try:
+        site = web.TCPSite(runner, host, port)
+        await site.start()
+        await asyncio.Event().wait()
+    finally:
+        await runner.cleanup()

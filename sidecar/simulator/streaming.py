@@ -1,0 +1,394 @@
+"""Serving generation requests of the simulated node: pacing, streaming, faults, disconnects.
+
+A client that goes away is noticed within one pacing slice (at most 0.05 s): the transport
+is checked before every write and at every engine step, and write errors count as a
+disconnect too. Generation then stops, the running gauge drops, and the request is counted
+in ``sim:disconnected_requests_total`` but not in ``vllm:request_success_total``, as on vLLM.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from aiohttp import web
+
+from sidecar.simulator.behaviours import Trace
+from sidecar.simulator.faults import Fault, FaultHeaderError, FaultKind, parse_fault
+from sidecar.simulator.generation import Channel, Script, Token, generate, interleave
+from sidecar.simulator.metrics import ENGINE
+from sidecar.simulator.node import (
+    JSON_HEADERS,
+    NODE_KEY,
+    SSE_HEADERS,
+    ClientGoneError,
+    Node,
+    error_response,
+    json_response,
+)
+from sidecar.simulator.requests import ApiError, Job, parse_chat, parse_completion
+from sidecar.simulator.routes import read_json
+from sidecar.simulator.wire import ChoiceResult, StreamIdentity, Usage
+
+TRACE_HEADER = "X-Sim-Trace"
+_SLICE = 0.05  # longest sleep between two disconnect checks
+_INVALID_SSE = (
+    b'data: {"id":"chatcmpl-garbage","object":"chat.completion.chunk","choices":[{"ind\n\n'
+    b"<html><body>502 Bad Gateway</body></html>\n"
+    b"\xff\xfe\x00not an event stream\r\n\r\n"
+    b"data: {not json at all}\n\n"
+)
+
+
+async def chat_route(request: web.Request) -> web.StreamResponse:
+    return await _generate(request, chat=True)
+
+
+async def completions_route(request: web.Request) -> web.StreamResponse:
+    return await _generate(request, chat=False)
+
+
+def _client_gone(request: web.Request) -> bool:
+    transport = request.transport
+    return transport is None or transport.is_closing()
+
+
+async def _wait(request: web.Request, seconds: float | None) -> None:
+    """Sleep ``seconds`` (forever if ``None``) in short slices, raising as soon as the
+    client is gone."""
+    loop = asyncio.get_running_loop()
+    deadline = None if seconds is None else loop.time() + seconds
+    while True:
+        if _client_gone(request):
+            raise ClientGoneError
+        if deadline is None:
+            await asyncio.sleep(_SLICE)
+            continue
+        left = deadline - loop.time()
+        if left <= 0:
+            return
+        await asyncio.sleep(min(left, _SLICE))
+
+
+class _Pacer:
+    """Schedules engine steps against the stream's start time, so the pace never drifts."""
+
+    __slots__ = ("_interval", "_request", "_start", "_steps")
+
+    def __init__(self, request: web.Request, tokens_per_second: float) -> None:
+        self._interval = 1.0 / tokens_per_second if tokens_per_second > 0 else 0.0
+        self._request = request
+        self._start = asyncio.get_running_loop().time()
+        self._steps = 0
+
+    async def step(self) -> None:
+        self._steps += 1
+        if self._interval:
+            target = self._start + self._steps * self._interval
+            await _wait(self._request, target - asyncio.get_running_loop().time())
+        else:
+            await asyncio.sleep(0)  # let the loop see a closed connection
+        if _client_gone(self._request):
+            raise ClientGoneError
+
+    def restart(self) -> None:
+        self._start = asyncio.get_running_loop().time()
+        self._steps = 0
+
+
+@dataclass(slots=True)
+class _Accounting:
+    """Running/finished bookkeeping of one request on the node's metrics."""
+
+    node: Node
+    model: str
+    active: int = 0
+
+    def start(self, job: Job) -> None:
+        m = self.node.metrics
+        m.requests.labels(job.model, "on" if job.thinking else "off").inc()
+        m.prompt_tokens.labels(self.model, ENGINE).inc(job.prompt_tokens * job.n)
+        m.running.labels(self.model, ENGINE).inc(job.n)
+        self.active = job.n
+
+    def token(self, token: Token) -> None:
+        m = self.node.metrics
+        m.generation_tokens.labels(self.model, ENGINE).inc()
+        if token.finish_reason is not None:
+            m.request_success.labels(self.model, ENGINE, token.finish_reason).inc()
+            m.running.labels(self.model, ENGINE).dec()
+            self.active -= 1
+
+    def end(self, *, disconnected: bool) -> None:
+        if self.active:
+            self.node.metrics.running.labels(self.model, ENGINE).dec(self.active)
+            self.active = 0
+        if disconnected:
+            self.node.metrics.disconnected.inc()
+
+
+def _scripts(node: Node, job: Job, trace: Trace | None) -> list[Iterator[Token]]:
+    scripts: list[Script] = [
+        node.behaviours.script(job.model, key=job.prompt, choice=i, trace=trace)
+        for i in range(job.n)
+    ]
+    return [generate(s, job.spec) for s in scripts]
+
+
+async def _generate(request: web.Request, *, chat: bool) -> web.StreamResponse:
+    node = request.app[NODE_KEY]
+    try:
+        fault = parse_fault(request.headers)
+    except FaultHeaderError as exc:
+        return error_response(node, ApiError(400, str(exc), param="X-Sim-Fault"))
+    if fault is not None and fault.kind is FaultKind.RESET_BEFORE_HEADERS:
+        await request.read()
+        if request.transport is not None:
+            request.transport.abort()
+        raise ClientGoneError  # nothing can be sent; see _on_gone below
+    try:
+        body = await read_json(request)
+        parse = parse_chat if chat else parse_completion
+        job = parse(body, known=node.behaviours.names, max_model_len=node.config.max_model_len)
+        trace = None
+        if job.model == "sim-replay":
+            try:
+                trace = node.behaviours.replay_trace(request.headers.get(TRACE_HEADER))
+            except LookupError as exc:
+                raise ApiError(404, str(exc), "NotFoundError", TRACE_HEADER) from None
+    except ApiError as err:
+        return error_response(node, err)
+    if fault is not None and fault.kind is FaultKind.HTTP_500:
+        return error_response(node, ApiError(500, "Internal server error", "InternalServerError"))
+    stall_after = node.behaviours.script(job.model, key=job.prompt, choice=0, trace=trace)
+    ident = StreamIdentity(
+        node.new_id("chatcmpl" if chat else "cmpl", request, job),
+        int(time.time()),
+        job.model,
+    )
+    run = _Run(
+        node=node,
+        request=request,
+        job=job,
+        ident=ident,
+        fault=fault,
+        stall_after=stall_after.stall_after,
+        chat=chat,
+    )
+    choices = _scripts(node, job, trace)
+    return await run.execute(choices)
+
+
+class _Run:
+    """One generation request being served."""
+
+    def __init__(
+        self,
+        *,
+        node: Node,
+        request: web.Request,
+        job: Job,
+        ident: StreamIdentity,
+        fault: Fault | None,
+        stall_after: int | None,
+        chat: bool,
+    ) -> None:
+        self.node = node
+        self.request = request
+        self.job = job
+        self.ident = ident
+        self.fault = fault
+        self.stall_after = stall_after
+        self.chat = chat
+        self.accounting = _Accounting(node, job.model)
+        self.sent = 0  # token chunks sent (or, non-streaming, tokens generated)
+        self.resp: web.StreamResponse | None = None
+
+    def _fault(self, kind: FaultKind) -> bool:
+        return self.fault is not None and self.fault.kind is kind
+
+    async def execute(self, choices: list[Iterator[Token]]) -> web.StreamResponse:
+        self.accounting.start(self.job)
+        disconnected = False
+        try:
+            if self.job.stream:
+                return await self._stream(choices)
+            return await self._whole(choices)
+        except (ClientGoneError, ConnectionError):
+            disconnected = True
+            return self.resp if self.resp is not None else web.Response(status=499)
+        except asyncio.CancelledError:
+            disconnected = True
+            raise
+        finally:
+            self.accounting.end(disconnected=disconnected)
+
+    async def _write(self, data: bytes) -> None:
+        assert self.resp is not None  # noqa: S101 - only called once the stream is open
+        if _client_gone(self.request):
+            raise ClientGoneError
+        await self.resp.write(data)
+
+    async def _after_token(self) -> bool:
+        """Apply mid-stream faults and stalls once a token chunk went out; True stops."""
+        self.sent += 1
+        fault = self.fault
+        if self.stall_after is not None and self.sent >= self.stall_after:
+            await _wait(self.request, None)
+        if fault is None or self.sent < fault.after:
+            return False
+        if fault.kind is FaultKind.RESET_MID_STREAM:
+            if self.request.transport is not None:
+                self.request.transport.abort()
+            raise ClientGoneError
+        if fault.kind is FaultKind.STALL_MID_STREAM:
+            await _wait(self.request, None)
+        if fault.kind is FaultKind.ERROR_MID_STREAM and self.job.stream:
+            wire = self.node.wire
+            await self._write(
+                wire.stream_error("Internal server error", "InternalServerError", 500)
+            )
+            await self._write(wire.done())
+            return True
+        return fault.kind is FaultKind.NO_DONE and fault.after_given and self.job.stream
+
+    def _usage(self, token: Token | None) -> Usage:
+        if token is None:
+            return Usage(self.job.prompt_tokens, 0, 0)
+        return Usage(self.job.prompt_tokens, token.completion_tokens, token.reasoning_tokens)
+
+    def _chunk(self, index: int, token: Token) -> bytes | None:
+        job, wire = self.job, self.node.wire
+        usage = self._usage(token) if job.continuous_usage else None
+        fingerprint = (
+            self.node.fingerprint
+            if token.finish_reason is not None and not job.include_usage
+            else None
+        )
+        if not self.chat:
+            return wire.completion_chunk(
+                self.ident,
+                index,
+                token.text,
+                finish_reason=token.finish_reason,
+                stop_reason=token.stop_reason,
+                usage=usage,
+                fingerprint=fingerprint,
+            )
+        if token.channel is Channel.SPECIAL:
+            if token.finish_reason is None:
+                return None  # the parser swallows <think>, </think>
+            delta: dict[str, str] = {}
+        else:
+            delta = {token.channel.value: token.text}
+        return wire.chat_delta_chunk(
+            self.ident,
+            index,
+            delta,
+            finish_reason=token.finish_reason,
+            stop_reason=token.stop_reason,
+            usage=usage,
+            fingerprint=fingerprint,
+        )
+
+    async def _stream(self, choices: list[Iterator[Token]]) -> web.StreamResponse:
+        job, wire, node = self.job, self.node.wire, self.node
+        if self._fault(FaultKind.INVALID_SSE):
+            self.resp = await self._open()
+            await self._write(_INVALID_SSE)
+            await self.resp.write_eof()
+            return self.resp
+        self.resp = await self._open()
+        if self._fault(FaultKind.SLOW_FIRST_TOKEN) and self.fault is not None:
+            await _wait(self.request, self.fault.delay)
+        pacer = _Pacer(self.request, node.config.tokens_per_second)
+        last: dict[int, Token] = {}
+        first = True
+        for step in interleave(choices):
+            if first and self.chat:
+                for index in range(job.n):
+                    usage = self._usage(None) if job.continuous_usage else None
+                    await self._write(wire.chat_role_chunk(self.ident, index, usage))
+            first = False
+            for index, token in step:
+                self.accounting.token(token)
+                last[index] = token
+                chunk = self._chunk(index, token)
+                if chunk is None:
+                    continue
+                await self._write(chunk)
+                if await self._after_token():
+                    await self.resp.write_eof()
+                    return self.resp
+            await pacer.step()
+        if job.include_usage:
+            total = Usage(
+                job.prompt_tokens,
+                sum(t.completion_tokens for t in last.values()),
+                sum(t.reasoning_tokens for t in last.values()),
+            )
+            make = wire.chat_usage_chunk if self.chat else wire.completion_usage_chunk
+            await self._write(make(self.ident, total, node.fingerprint))
+        if not self._fault(FaultKind.NO_DONE):
+            await self._write(wire.done())
+        await self.resp.write_eof()
+        return self.resp
+
+    async def _open(self) -> web.StreamResponse:
+        resp = web.StreamResponse(status=200, headers=SSE_HEADERS)
+        resp.enable_chunked_encoding()
+        await resp.prepare(self.request)
+        return resp
+
+    async def _whole(self, choices: list[Iterator[Token]]) -> web.StreamResponse:
+        job, node = self.job, self.node
+        if self._fault(FaultKind.SLOW_FIRST_TOKEN) and self.fault is not None:
+            await _wait(self.request, self.fault.delay)
+        pacer = _Pacer(self.request, node.config.tokens_per_second)
+        texts: dict[int, dict[Channel, list[str]]] = {
+            i: {Channel.REASONING: [], Channel.CONTENT: []} for i in range(job.n)
+        }
+        last: dict[int, Token] = {}
+        for step in interleave(choices):
+            for index, token in step:
+                self.accounting.token(token)
+                last[index] = token
+                if token.channel is not Channel.SPECIAL:
+                    texts[index][token.channel].append(token.text)
+                if token.channel is not Channel.SPECIAL or token.finish_reason is not None:
+                    if (
+                        self._fault(FaultKind.ERROR_MID_STREAM)
+                        and self.fault is not None
+                        and self.sent + 1 >= self.fault.after
+                    ):
+                        return error_response(
+                            node, ApiError(500, "Internal server error", "InternalServerError")
+                        )
+                    if await self._after_token():
+                        break
+            await pacer.step()
+        if self._fault(FaultKind.INVALID_SSE):
+            return web.Response(status=200, body=_INVALID_SSE, headers=JSON_HEADERS)
+        results = []
+        for index in range(job.n):
+            token = last[index]
+            reasoning = "".join(texts[index][Channel.REASONING])
+            content = "".join(texts[index][Channel.CONTENT])
+            results.append(
+                ChoiceResult(
+                    index,
+                    reasoning or None,
+                    content or None,
+                    token.finish_reason or "length",
+                    token.stop_reason,
+                )
+            )
+        usage = Usage(
+            job.prompt_tokens,
+            sum(t.completion_tokens for t in last.values()),
+            sum(t.reasoning_tokens for t in last.values()),
+        )
+        make = node.wire.chat_response if self.chat else node.wire.completion_response
+        return json_response(make(self.ident, results, usage, node.fingerprint))

@@ -1,0 +1,343 @@
+"""Byte-true wire encoding of the simulated node's responses. Pure: values in, bytes out.
+
+:class:`WireDialect` is the interface a server dialect implements; :class:`Vllm032Wire`
+reproduces vLLM 0.32 (``--reasoning-parser qwen3``) exactly as captured in
+``tests/data/captures/vllm-0.32.0``: key order, explicit nulls, which chunk carries
+``usage`` and ``system_fingerprint``, ``data: …\\n\\n`` framing and ``data: [DONE]``.
+Other dialects (llama.cpp, SGLang, Ollama) subclass :class:`WireDialect`.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    """Token counts of a response or of one choice so far."""
+
+    prompt_tokens: int
+    completion_tokens: int
+    reasoning_tokens: int
+
+
+@dataclass(frozen=True, slots=True)
+class StreamIdentity:
+    """The fields every chunk of one stream repeats."""
+
+    id: str
+    created: int
+    model: str
+
+
+@dataclass(frozen=True, slots=True)
+class ChoiceResult:
+    """One finished choice of a non-streaming response."""
+
+    index: int
+    reasoning: str | None
+    content: str | None
+    finish_reason: str
+    stop_reason: str | None
+
+
+def _dumps(obj: Any) -> bytes:
+    # Compact separators and raw UTF-8, like pydantic's model_dump_json.
+    return orjson.dumps(obj)
+
+
+class WireDialect(abc.ABC):
+    """What a simulated server dialect must be able to encode."""
+
+    @abc.abstractmethod
+    def event(self, payload: bytes) -> bytes:
+        """Frame one stream event."""
+
+    @abc.abstractmethod
+    def done(self) -> bytes:
+        """The end-of-stream marker (may be empty for dialects without one)."""
+
+    @abc.abstractmethod
+    def chat_role_chunk(self, ident: StreamIdentity, index: int, usage: Usage | None) -> bytes:
+        """The first chunk of a chat choice."""
+
+    @abc.abstractmethod
+    def chat_delta_chunk(
+        self,
+        ident: StreamIdentity,
+        index: int,
+        delta: dict[str, str],
+        *,
+        finish_reason: str | None,
+        stop_reason: str | None,
+        usage: Usage | None,
+        fingerprint: str | None,
+    ) -> bytes:
+        """A chunk with one token's delta, or the finish chunk of a choice."""
+
+    @abc.abstractmethod
+    def chat_usage_chunk(self, ident: StreamIdentity, usage: Usage, fingerprint: str) -> bytes:
+        """The trailing usage-only chunk."""
+
+    @abc.abstractmethod
+    def chat_response(
+        self,
+        ident: StreamIdentity,
+        choices: Sequence[ChoiceResult],
+        usage: Usage,
+        fingerprint: str,
+    ) -> bytes:
+        """A whole non-streaming chat completion body."""
+
+    @abc.abstractmethod
+    def completion_chunk(
+        self,
+        ident: StreamIdentity,
+        index: int,
+        text: str,
+        *,
+        finish_reason: str | None,
+        stop_reason: str | None,
+        usage: Usage | None,
+        fingerprint: str | None,
+    ) -> bytes:
+        """A ``/v1/completions`` stream chunk."""
+
+    @abc.abstractmethod
+    def completion_usage_chunk(
+        self, ident: StreamIdentity, usage: Usage, fingerprint: str
+    ) -> bytes:
+        """The trailing usage-only chunk of ``/v1/completions``."""
+
+    @abc.abstractmethod
+    def completion_response(
+        self,
+        ident: StreamIdentity,
+        choices: Sequence[ChoiceResult],
+        usage: Usage,
+        fingerprint: str,
+    ) -> bytes:
+        """A whole non-streaming ``/v1/completions`` body."""
+
+    @abc.abstractmethod
+    def error_body(self, message: str, err_type: str, param: str | None, code: int) -> bytes:
+        """An error as a JSON body (before any stream started)."""
+
+    @abc.abstractmethod
+    def stream_error(self, message: str, err_type: str, code: int) -> bytes:
+        """An error event inside a stream that already answered 200."""
+
+
+class Vllm032Wire(WireDialect):
+    """vLLM 0.32.0 with a reasoning parser configured (so usage has reasoning details)."""
+
+    def event(self, payload: bytes) -> bytes:
+        return b"data: " + payload + b"\n\n"
+
+    def done(self) -> bytes:
+        return b"data: [DONE]\n\n"
+
+    @staticmethod
+    def _chat_usage(usage: Usage) -> dict[str, Any]:
+        return {
+            "prompt_tokens": usage.prompt_tokens,
+            "total_tokens": usage.prompt_tokens + usage.completion_tokens,
+            "completion_tokens": usage.completion_tokens,
+            "completion_tokens_details": {"reasoning_tokens": usage.reasoning_tokens},
+        }
+
+    @staticmethod
+    def _head(ident: StreamIdentity, obj: str) -> dict[str, Any]:
+        return {"id": ident.id, "object": obj, "created": ident.created, "model": ident.model}
+
+    def chat_role_chunk(self, ident: StreamIdentity, index: int, usage: Usage | None) -> bytes:
+        chunk = self._head(ident, "chat.completion.chunk")
+        chunk["choices"] = [
+            {
+                "index": index,
+                "delta": {"role": "assistant", "content": ""},
+                "logprobs": None,
+                "finish_reason": None,
+            }
+        ]
+        if usage is not None:
+            chunk["usage"] = self._chat_usage(usage)
+        chunk["prompt_token_ids"] = None
+        chunk["prompt_text"] = None
+        return self.event(_dumps(chunk))
+
+    def chat_delta_chunk(
+        self,
+        ident: StreamIdentity,
+        index: int,
+        delta: dict[str, str],
+        *,
+        finish_reason: str | None,
+        stop_reason: str | None,
+        usage: Usage | None,
+        fingerprint: str | None,
+    ) -> bytes:
+        choice: dict[str, Any] = {
+            "index": index,
+            "delta": delta,
+            "logprobs": None,
+            "finish_reason": finish_reason,
+        }
+        if finish_reason is not None:
+            choice["stop_reason"] = stop_reason
+        choice["token_ids"] = None
+        chunk = self._head(ident, "chat.completion.chunk")
+        chunk["choices"] = [choice]
+        if usage is not None:
+            chunk["usage"] = self._chat_usage(usage)
+        if fingerprint is not None:
+            chunk["system_fingerprint"] = fingerprint
+        return self.event(_dumps(chunk))
+
+    def chat_usage_chunk(self, ident: StreamIdentity, usage: Usage, fingerprint: str) -> bytes:
+        chunk = self._head(ident, "chat.completion.chunk")
+        chunk["choices"] = []
+        chunk["usage"] = self._chat_usage(usage)
+        chunk["system_fingerprint"] = fingerprint
+        return self.event(_dumps(chunk))
+
+    def chat_response(
+        self,
+        ident: StreamIdentity,
+        choices: Sequence[ChoiceResult],
+        usage: Usage,
+        fingerprint: str,
+    ) -> bytes:
+        body = self._head(ident, "chat.completion")
+        body["choices"] = [
+            {
+                "index": c.index,
+                "message": {
+                    "role": "assistant",
+                    "content": c.content,
+                    "refusal": None,
+                    "annotations": None,
+                    "audio": None,
+                    "function_call": None,
+                    "reasoning": c.reasoning,
+                },
+                "logprobs": None,
+                "finish_reason": c.finish_reason,
+                "stop_reason": c.stop_reason,
+                "token_ids": None,
+                "routed_experts": None,
+            }
+            for c in choices
+        ]
+        body["service_tier"] = None
+        body["system_fingerprint"] = fingerprint
+        body["usage"] = {
+            "prompt_tokens": usage.prompt_tokens,
+            "total_tokens": usage.prompt_tokens + usage.completion_tokens,
+            "completion_tokens": usage.completion_tokens,
+            "prompt_tokens_details": None,
+            "completion_tokens_details": {"reasoning_tokens": usage.reasoning_tokens},
+        }
+        body.update(
+            prompt_logprobs=None,
+            prompt_token_ids=None,
+            prompt_text=None,
+            kv_transfer_params=None,
+            ec_transfer_params=None,
+            metrics=None,
+        )
+        return _dumps(body)
+
+    def completion_chunk(
+        self,
+        ident: StreamIdentity,
+        index: int,
+        text: str,
+        *,
+        finish_reason: str | None,
+        stop_reason: str | None,
+        usage: Usage | None,
+        fingerprint: str | None,
+    ) -> bytes:
+        chunk = self._head(ident, "text_completion")
+        chunk["choices"] = [
+            {
+                "index": index,
+                "text": text,
+                "logprobs": None,
+                "finish_reason": finish_reason,
+                "stop_reason": stop_reason,
+                "prompt_token_ids": None,
+                "token_ids": None,
+            }
+        ]
+        if usage is not None:
+            chunk["usage"] = {
+                "prompt_tokens": usage.prompt_tokens,
+                "total_tokens": usage.prompt_tokens + usage.completion_tokens,
+                "completion_tokens": usage.completion_tokens,
+            }
+        if fingerprint is not None:
+            chunk["system_fingerprint"] = fingerprint
+        return self.event(_dumps(chunk))
+
+    def completion_usage_chunk(
+        self, ident: StreamIdentity, usage: Usage, fingerprint: str
+    ) -> bytes:
+        chunk = self._head(ident, "text_completion")
+        chunk["choices"] = []
+        chunk["usage"] = {
+            "prompt_tokens": usage.prompt_tokens,
+            "total_tokens": usage.prompt_tokens + usage.completion_tokens,
+            "completion_tokens": usage.completion_tokens,
+        }
+        chunk["system_fingerprint"] = fingerprint
+        return self.event(_dumps(chunk))
+
+    def completion_response(
+        self,
+        ident: StreamIdentity,
+        choices: Sequence[ChoiceResult],
+        usage: Usage,
+        fingerprint: str,
+    ) -> bytes:
+        # Not captured; field order follows vLLM's CompletionResponse model (full dump).
+        body = self._head(ident, "text_completion")
+        body["choices"] = [
+            {
+                "index": c.index,
+                "text": (c.reasoning or "") + (c.content or ""),
+                "logprobs": None,
+                "finish_reason": c.finish_reason,
+                "stop_reason": c.stop_reason,
+                "token_ids": None,
+                "prompt_logprobs": None,
+                "prompt_token_ids": None,
+                "routed_experts": None,
+            }
+            for c in choices
+        ]
+        body["service_tier"] = None
+        body["system_fingerprint"] = fingerprint
+        body["usage"] = {
+            "prompt_tokens": usage.prompt_tokens,
+            "total_tokens": usage.prompt_tokens + usage.completion_tokens,
+            "completion_tokens": usage.completion_tokens,
+            "prompt_tokens_details": None,
+            "completion_tokens_details": None,
+        }
+        body.update(kv_transfer_params=None, ec_transfer_params=None, metrics=None)
+        return _dumps(body)
+
+    def error_body(self, message: str, err_type: str, param: str | None, code: int) -> bytes:
+        return _dumps(
+            {"error": {"message": message, "type": err_type, "param": param, "code": code}}
+        )
+
+    def stream_error(self, message: str, err_type: str, code: int) -> bytes:
+        return self.event(self.error_body(message, err_type, None, code))
