@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Sequence
-from typing import Final, Literal
+from typing import Final, Literal, get_args
 
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -83,7 +83,14 @@ Outcome = Literal[
 Channel = Literal["thinking", "content"]
 Mode = Literal["enforce", "cut", "shadow"]
 LadderStep = Literal["thinking_off", "fallback_model", "salvage"]
-ReissueOutcome = Literal["ok", "runaway", "upstream_error", "client_disconnect", "error"]
+ReissueOutcome = Literal[
+    "ok",  # the reissue answered; its content went to the client
+    "runaway",  # it ran away too; the next ladder step runs (or the ladder is exhausted)
+    "rejected",  # the upstream refused the reissued body (4xx): the thinking-off rule is wrong
+    "upstream_error",  # connect error, timeout, reset or 5xx during the reissue
+    "client_disconnect",  # the client went away during the reissue
+    "error",  # a sidecar bug
+]
 UpstreamErrorKind = Literal["connect", "timeout", "reset", "status_5xx", "protocol", "other"]
 """``connect``: refused or unreachable; ``timeout``: connect or read timeout;
 ``reset``: connection closed early, before or during the body; ``status_5xx``: the
@@ -115,6 +122,11 @@ class LabelCap:
         self._exact = frozenset(n for n in names if _valid(n))
         self._cap = cap
         self._seen: set[str] = set()
+
+    @property
+    def exact(self) -> frozenset[str]:
+        """The exact names of the allow-list (without ``*``)."""
+        return self._exact
 
     def __call__(self, name: str | None) -> str:
         """Return the label value for ``name`` (``other`` for ``None``)."""
@@ -193,123 +205,112 @@ class Metrics:
         self._detector = LabelCap(["*"], 50)
         self._rule = LabelCap(["*"], 50)
         r = registry
-        p = PREFIX
 
-        self._requests = Counter(
-            p + "requests",
-            "Requests finished, by route, outcome and model "
-            "(model is empty on pass-through routes).",
-            ["route", "outcome", "model"],
-            registry=r,
+        def counter(name: str, doc: str, labels: tuple[str, ...]) -> Counter:
+            return Counter(PREFIX + name, doc, labels, registry=r)
+
+        def histogram(name: str, doc: str, label: str, buckets: Sequence[float]) -> Histogram:
+            return Histogram(PREFIX + name, doc, [label], buckets=buckets, registry=r)
+
+        self._requests = counter(
+            "requests",
+            "Requests finished, by route, outcome and model (empty on pass-through routes).",
+            ("route", "outcome", "model"),
         )
-        self._runaways = Counter(
-            p + "runaways",
-            "Runaways detected and acted on (enforce or cut mode), "
-            "one per detection, reissue attempts included.",
-            ["model", "detector", "channel", "mode"],
-            registry=r,
+        self._runaways = counter(
+            "runaways",
+            "Runaways acted on (enforce or cut mode), one per detection, reissues included.",
+            ("model", "detector", "channel", "mode"),
         )
-        self._shadow = Counter(
-            p + "shadow_detections",
+        self._shadow = counter(
+            "shadow_detections",
             "Runaways detected in shadow mode (nothing changed).",
-            ["model", "detector", "channel"],
-            registry=r,
+            ("model", "detector", "channel"),
         )
-        self._reissues = Counter(
-            p + "reissues",
+        self._reissues = counter(
+            "reissues",
             "Reissue attempts finished, by ladder step and outcome.",
-            ["model", "step", "outcome"],
-            registry=r,
+            ("model", "step", "outcome"),
         )
-        self._exhausted = Counter(
-            p + "ladder_exhausted",
+        self._exhausted = counter(
+            "ladder_exhausted",
             "Requests whose every ladder step ran away; the client got finish_reason length.",
-            ["model"],
-            registry=r,
+            ("model",),
         )
-        self._wasted = Counter(
-            p + "wasted_tokens",
-            "Tokens generated upstream by attempts that were cut.",
-            ["model"],
-            registry=r,
+        self._wasted = counter(
+            "wasted_tokens", "Tokens generated upstream by attempts that were cut.", ("model",)
         )
-        self._saved = Counter(
-            p + "saved_tokens",
-            "Generation budget left unspent at a cut (max_tokens "
-            "minus tokens generated): an upper bound on the tokens the cut saved.",
-            ["model"],
-            registry=r,
+        self._saved = counter(
+            "saved_tokens",
+            "Budget left unspent at a cut (max_tokens minus tokens generated): "
+            "an upper bound on the tokens the cut saved.",
+            ("model",),
         )
-        self._output = Counter(
-            p + "output_tokens",
+        self._output = counter(
+            "output_tokens",
             "Tokens generated upstream for watched requests, by channel.",
-            ["model", "channel"],
-            registry=r,
+            ("model", "channel"),
         )
-        self._thinking_tokens = Histogram(
-            p + "thinking_tokens",
+        self._thinking_tokens = histogram(
+            "thinking_tokens",
             "Thinking tokens per watched request, all attempts.",
-            ["model"],
-            buckets=TOKEN_BUCKETS,
-            registry=r,
+            "model",
+            TOKEN_BUCKETS,
         )
-        self._thinking_seconds = Histogram(
-            p + "thinking_seconds",
-            "Seconds spent thinking per watched request, "
-            "from the first thinking token to the first content token or the cut.",
-            ["model"],
-            buckets=THINKING_SECONDS_BUCKETS,
-            registry=r,
+        self._thinking_seconds = histogram(
+            "thinking_seconds",
+            "Seconds spent thinking per watched request, from the first thinking token "
+            "to the first content token or the cut.",
+            "model",
+            THINKING_SECONDS_BUCKETS,
         )
-        self._ttfc = Histogram(
-            p + "time_to_first_content_seconds",
+        self._ttfc = histogram(
+            "time_to_first_content_seconds",
             "Seconds from request arrival to the first content token sent to the client.",
-            ["model"],
-            buckets=TTFC_SECONDS_BUCKETS,
-            registry=r,
+            "model",
+            TTFC_SECONDS_BUCKETS,
         )
-        self._detection = Histogram(
-            p + "detection_point_tokens",
+        self._detection = histogram(
+            "detection_point_tokens",
             "Tokens generated in the attempt when a detector fired.",
-            ["detector"],
-            buckets=TOKEN_BUCKETS,
-            registry=r,
+            "detector",
+            TOKEN_BUCKETS,
         )
-        self._upstream_errors = Counter(
-            p + "upstream_errors", "Upstream failures, by kind.", ["kind"], registry=r
+        self._upstream_errors = counter("upstream_errors", "Upstream failures, by kind.", ("kind",))
+        self._disconnects = counter(
+            "client_disconnects", "Clients that went away before the response ended.", ("route",)
         )
+        self._policy = counter("policy_decisions", "Policy decisions, by deciding rule.", ("rule",))
+        self._reloads = counter(
+            "config_reloads", "Config reloads (SIGHUP), by result.", ("result",)
+        )
+        # Gauges need a multiprocess mode: live streams are summed over live workers;
+        # build_info is the same in every worker, so max keeps it at 1.
         self._active = Gauge(
-            p + "active_streams",
+            PREFIX + "active_streams",
             "Requests on watched routes currently streaming.",
             registry=r,
             multiprocess_mode="livesum",
         )
-        self._disconnects = Counter(
-            p + "client_disconnects",
-            "Clients that went away before the response ended.",
-            ["route"],
-            registry=r,
-        )
-        self._policy = Counter(
-            p + "policy_decisions",
-            "Policy decisions, by the rule that decided.",
-            ["rule"],
-            registry=r,
-        )
-        self._reloads = Counter(
-            p + "config_reloads",
-            "Configuration reloads (SIGHUP), by result.",
-            ["result"],
-            registry=r,
-        )
         build = Gauge(
-            p + "build_info",
+            PREFIX + "build_info",
             "Always 1; the label carries the sidecar version.",
             ["version"],
             registry=r,
             multiprocess_mode="max",
         )
         build.labels(version=version).set(1)
+
+        # Known label values start at 0, so that increase() and rate() see the first
+        # event: a series born at 1 has no earlier sample to increase from.
+        for kind in get_args(UpstreamErrorKind):
+            self._upstream_errors.labels(kind=kind)
+        for result in get_args(ReloadResult):
+            self._reloads.labels(result=result)
+        for route in get_args(Route):
+            self._disconnects.labels(route=route)
+        for model in sorted({*self._model.exact, OTHER}):
+            self._exhausted.labels(model=model)
 
     def model_label(self, model: str | None) -> str:
         """The label value ``model`` is counted under (for logs that cite it)."""

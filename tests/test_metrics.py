@@ -122,6 +122,21 @@ def test_other_counters_and_gauge() -> None:
     assert value(r, "wasted_tokens_total", model="m1") is None
 
 
+def test_known_label_values_start_at_zero() -> None:
+    """Closed-enum counters and ladder exhaustion per allowed model exist at 0 from the start,
+    so increase() catches their first event."""
+    _m, r = make(["m1", "*"])
+    for kind in ["connect", "timeout", "reset", "status_5xx", "protocol", "other"]:
+        assert value(r, "upstream_errors_total", kind=kind) == 0
+    for result in ["ok", "error"]:
+        assert value(r, "config_reloads_total", result=result) == 0
+    for route in ["chat", "completions", "passthrough"]:
+        assert value(r, "client_disconnects_total", route=route) == 0
+    assert value(r, "ladder_exhausted_total", model="m1") == 0
+    assert value(r, "ladder_exhausted_total", model=OTHER) == 0
+    assert value(r, "ladder_exhausted_total", model="*") is None
+
+
 def test_passthrough_requests_have_empty_model_label() -> None:
     """Pass-through requests are counted with model="" whatever model is passed."""
     m, r = make()
@@ -185,7 +200,7 @@ def test_registries_are_independent() -> None:
     _m2, r2 = make()
     m1.upstream_error("reset")
     assert value(r1, "upstream_errors_total", kind="reset") == 1
-    assert value(r2, "upstream_errors_total", kind="reset") is None
+    assert value(r2, "upstream_errors_total", kind="reset") == 0
 
 
 def test_names_follow_prometheus_conventions() -> None:
@@ -198,6 +213,8 @@ def test_names_follow_prometheus_conventions() -> None:
     families = list(text_string_to_metric_families(body.decode()))
     assert len(families) >= 17
     forbidden = {"request_id", "id", "prompt", "text", "path", "user"}
+    allowed = {"route", "outcome", "model", "detector", "channel", "mode", "step", "kind"}
+    allowed |= {"rule", "result", "version", "le"}
     for fam in families:
         assert fam.name.startswith(P), fam.name
         if fam.type == "histogram":
@@ -206,6 +223,7 @@ def test_names_follow_prometheus_conventions() -> None:
             if fam.type == "counter" and not sample.name.endswith("_created"):
                 assert sample.name.endswith("_total"), sample.name
             assert not forbidden & set(sample.labels), sample
+            assert set(sample.labels) <= allowed, sample
     names = {f.name for f in families}
     assert P + "build_info" in names
     assert b'runaway_sidecar_build_info{version="1.2.3"} 1.0' in body
