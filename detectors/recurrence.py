@@ -48,6 +48,7 @@ class RecurrenceAnalyzer:
         "_prev",
         "_ring",
         "_rpos",
+        "_same",
         "_rolling",
         "_seen_tokens",
         "_sum_n",
@@ -83,6 +84,7 @@ class RecurrenceAnalyzer:
         self._seen_tokens = 0
         # Whether the last block ended at a line start, to fold list numbers across blocks.
         self._prev = "\n"
+        self._same = ""
 
     def analyze(self, block: Block) -> Finding | None:
         """Score the block's shingles and the sliding window; report when over threshold."""
@@ -100,10 +102,15 @@ class RecurrenceAnalyzer:
         top = 0
         rec = n = 0
         at_line_start = self._prev == "\n"
+        same = self._same
         for tok in block.toks:
             if tok == "\n":
                 at_line_start = True
                 continue
+            # A run of one token ("-----", "🌰🌰🌰") is one shingle unit, as in BPE.
+            if tok == same:
+                continue
+            same = tok
             if at_line_start:
                 at_line_start = False
                 if tok.isdigit():
@@ -135,6 +142,7 @@ class RecurrenceAnalyzer:
             rpos = rpos + 1 if rpos + 1 < hist else 0
         self._rolling, self._li, self._rpos, self._seen_tokens = rolling, li, rpos, n_seen
         self._prev = "\n" if at_line_start else ""
+        self._same = same
         win = self._win
         win.append((rec, n))
         self._sum_rec += rec
