@@ -24,7 +24,7 @@ from typing import Literal
 import aiohttp
 import orjson
 
-UpstreamErrorKind = Literal["connect", "timeout", "disconnect", "protocol", "status"]
+UpstreamErrorKind = Literal["connect", "timeout", "reset", "status_5xx", "protocol", "other"]
 
 
 class SidecarError(Exception):
@@ -62,7 +62,7 @@ class UpstreamTimeoutError(UpstreamError, TimeoutError):
 class UpstreamDisconnected(UpstreamError):
     """The upstream closed the connection in the middle of a response."""
 
-    kind = "disconnect"
+    kind = "reset"
 
 
 class UpstreamProtocolError(UpstreamError):

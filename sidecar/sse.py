@@ -4,7 +4,7 @@
 ``\\r\\n``, inside the ``data:`` prefix) and returns the events completed so far. Each
 event keeps its exact original bytes in ``raw`` so the proxy can forward what the
 upstream sent without re-serializing it. The concatenation of every ``raw`` plus
-``SSEDecoder.close()``'s leftover is exactly the input.
+``SSEDecoder.close()``'s events and leftover is exactly the input.
 
 Line endings follow the SSE spec: ``\\r\\n``, ``\\r`` or ``\\n``. Only ``data`` fields
 are interpreted; ``event``, ``id`` and ``retry`` stay in ``raw``. Comment lines (``:``)
@@ -81,11 +81,18 @@ class SSEDecoder:
         """Bytes received but not yet part of a complete event."""
         return self._buf
 
-    def close(self) -> bytes:
-        """End of stream: return the bytes of an unterminated trailing event (the SSE spec
-        discards it; the proxy forwards it verbatim so pass-through stays byte-exact)."""
-        rest, self._buf = self._buf, b""
-        return rest
+    def close(self) -> tuple[list[SSEEvent], bytes]:
+        """End of stream: return the events completed by a held-back final CR, and the
+        bytes of an unterminated trailing event (the SSE spec discards it; the proxy
+        forwards it verbatim so the byte stream stays exact)."""
+        buf, self._buf = self._buf, b""
+        events: list[SSEEvent] = []
+        pos = 0
+        if self._crlf:
+            while (m := _BOUNDARY.search(buf, pos)) is not None:
+                events.append(_parse(buf[pos : m.end()], lf_only=False))
+                pos = m.end()
+        return events, buf[pos:]
 
 
 def _parse(raw: bytes, *, lf_only: bool) -> SSEEvent:

@@ -96,7 +96,7 @@ class ThinkTagSplitter:
     dropped. ``</think>`` without a preceding ``<think>`` also switches to content.
     """
 
-    __slots__ = ("in_think", "_pending")
+    __slots__ = ("_pending", "in_think")
 
     def __init__(self, *, in_think: bool = False) -> None:
         self.in_think = in_think
@@ -146,7 +146,7 @@ class ThinkTagSplitter:
 
 
 class _Choice:
-    __slots__ = ("splitter", "saw_reasoning")
+    __slots__ = ("saw_reasoning", "splitter")
 
     def __init__(self, in_think: bool) -> None:
         self.splitter = ThinkTagSplitter(in_think=in_think)
@@ -160,7 +160,7 @@ class StreamModel:
     that need more of it (ids, aggregation) do not parse again.
     """
 
-    __slots__ = ("route", "chunk", "_choices", "_in_think", "_usage_seen", "_last_completion")
+    __slots__ = ("_choices", "_in_think", "_last_completion", "_usage_seen", "chunk", "route")
 
     def __init__(self, route: Route, *, starts_in_thinking: bool = False) -> None:
         self.route = route
@@ -198,6 +198,11 @@ class StreamModel:
             if tokens >= 0:
                 tokens = left
         return events
+
+    def inline_open(self, index: int) -> bool:
+        """Whether choice ``index`` is inside an inline ``<think>`` that was not closed."""
+        state = self._choices.get(index)
+        return state is not None and not state.saw_reasoning and state.splitter.in_think
 
     def flush(self) -> list[StreamEvent]:
         """End of stream: emit text held back by tag splitters."""

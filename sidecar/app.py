@@ -1,0 +1,58 @@
+"""The application factory: ``make_app(config, metrics)``; no singletons.
+
+Tests build as many apps as they like, each with its own metrics registry and
+upstream pool. The proxy object is reachable through the typed key ``PROXY``.
+"""
+
+from __future__ import annotations
+
+import hmac
+from collections.abc import AsyncIterator
+
+from aiohttp import web
+from aiohttp.typedefs import Handler, Middleware
+
+from sidecar.config import Config
+from sidecar.errors import error_body
+from sidecar.metrics import Metrics
+from sidecar.proxy import Proxy
+
+PROXY = web.AppKey("proxy", Proxy)
+
+
+def make_app(config: Config, metrics: Metrics) -> web.Application:
+    """The client-facing application: watched routes plus pass-through for the rest."""
+    # The body limit is enforced by the watched handlers themselves (413 with a JSON
+    # error); pass-through bodies are streamed, so aiohttp's own limit is not used.
+    app = web.Application(client_max_size=config.max_body_bytes)
+    proxy = Proxy(config, metrics)
+    app[PROXY] = proxy
+
+    async def upstream_pool(_app: web.Application) -> AsyncIterator[None]:
+        await proxy.start()
+        yield
+        await proxy.close()
+
+    app.cleanup_ctx.append(upstream_pool)
+    if config.api_key is not None:
+        app.middlewares.append(_api_key_middleware(config.api_key))
+    app.router.add_post("/v1/chat/completions", proxy.chat)
+    app.router.add_post("/v1/completions", proxy.completions)
+    app.router.add_route("*", "/{tail:.*}", proxy.passthrough)
+    return app
+
+
+def _api_key_middleware(key: str) -> Middleware:
+    expected = f"Bearer {key}".encode()
+
+    @web.middleware
+    async def check(request: web.Request, handler: Handler) -> web.StreamResponse:
+        given = request.headers.get("Authorization", "").encode()
+        if not hmac.compare_digest(given, expected):
+            return web.Response(status=401, content_type="application/json",
+                                body=error_body("invalid or missing API key",
+                                                "AuthenticationError", 401))
+        response: web.StreamResponse = await handler(request)
+        return response
+
+    return check

@@ -1,0 +1,210 @@
+"""The ``runaway-sidecar`` command line.
+
+Subcommands:
+
+- ``serve``: the proxy, in front of one upstream.
+- ``simulate``: a simulated vLLM node, for the demo, tests and benchmarks.
+- ``replay``: replay reasoning traces through the default detector chain.
+- ``demo``: the simulator and the sidecar in one process, with a runaway request.
+
+Exit codes: 0 on success, 2 for a bad command line or config (one line on stderr that
+names the key), 1 for anything else.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+import signal
+import sys
+import typing
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, TextIO
+
+from sidecar import __version__
+from sidecar.config import (
+    Config,
+    load_config,
+    option_keys,
+    parse_host_port,
+)
+from sidecar.errors import ConfigError
+
+PROG = "runaway-sidecar"
+
+_SERVE_HELP = """\
+Run the proxy on a vLLM node's port, in front of vLLM (moved to another port).
+
+Every option below can also be set in the TOML file given by --config, or by an
+environment variable RUNAWAY_SIDECAR_<NAME> (RUNAWAY_SIDECAR_DETECTORS_<NAME> for the
+detector table). Precedence: flag > environment > file > default. See README.md,
+"Configuration", for every key with its default.
+"""
+
+
+def _flag_name(key: str) -> str:
+    return "--" + key.replace("_", "-")
+
+
+def _add_option_flags(parser: argparse.ArgumentParser) -> None:
+    """One flag per config option, generated from the config schema."""
+    explicit = {
+        "upstream": "upstream base URL, e.g. http://127.0.0.1:8001",
+        "listen": "host:port clients connect to (default 127.0.0.1:8000)",
+        "metrics_listen": "host:port for /metrics, /healthz, /readyz (default 127.0.0.1:9464)",
+        "mode": "enforce (cut and reissue, default), cut, shadow (detect only) or off",
+        "log_format": "json (default, for journald) or console",
+        "workers": "processes sharing the listen port (SO_REUSEPORT)",
+    }
+    group = parser.add_argument_group("options (also settable in the config file)")
+    for key, tp in option_keys():
+        help_text = explicit.get(key, f"config key {key} ({_type_name(tp)})")
+        group.add_argument(_flag_name(key), dest=f"opt:{key}", metavar="VALUE", help=help_text)
+
+
+def _type_name(tp: Any) -> str:
+    origin = typing.get_origin(tp)
+    if origin is typing.Literal:
+        return "|".join(str(a) for a in typing.get_args(tp))
+    if origin is tuple:
+        return "comma-separated list"
+    return str(tp).replace("typing.", "").replace("<class '", "").replace("'>", "")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser (exposed for the docs test)."""
+    parser = argparse.ArgumentParser(
+        prog=PROG,
+        description="A streaming proxy that cuts runaway reasoning in front of vLLM and "
+        "splices a thinking-off answer into the same response.",
+    )
+    parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    serve = sub.add_parser("serve", help="run the proxy", description=_SERVE_HELP,
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
+    serve.add_argument("--config", type=Path, metavar="FILE", help="TOML config file")
+    _add_option_flags(serve)
+
+    sim = sub.add_parser("simulate", help="run a simulated vLLM node",
+                         description="Serve a simulated vLLM 0.32 node whose models "
+                         "(sim-healthy, sim-loop, sim-paraphrase-loop, sim-long-thinking, "
+                         "sim-cjk-loop, sim-leaky, sim-stall, sim-replay) script the "
+                         "runaway cases. Byte-true to vLLM's wire format.")
+    sim.add_argument("--listen", default="127.0.0.1:8001", metavar="HOST:PORT")
+    sim.add_argument("--tokens-per-second", type=float, default=65.0, metavar="N",
+                     help="per-stream token rate (default 65, like the field report; 0 = "
+                     "as fast as possible)")
+    sim.add_argument("--replay", type=Path, metavar="FILE",
+                     help="JSONL traces (with 'text') streamed by the sim-replay model")
+
+    replay = sub.add_parser("replay", help="replay traces through the detectors",
+                            description="Replay reasoning traces through the default detector "
+                            "chain exactly as the proxy feeds them, and score the verdicts.")
+    replay.add_argument("traces", type=Path, metavar="TRACES.jsonl",
+                        help="one JSON object per line with 'text' (or 'reasoning'/'content'), "
+                        "optional 'id' and 'label'")
+    replay.add_argument("--config", type=Path, metavar="FILE",
+                        help="TOML config whose [detectors] table is used")
+    replay.add_argument("--json", action="store_true", help="print machine-readable JSON")
+
+    demo = sub.add_parser("demo", help="show a runaway being cut and answered",
+                          description="Start the simulator and the sidecar in one process, "
+                          "send a runaway request through the official openai SDK, and "
+                          "print what happened.")
+    demo.add_argument("--tokens-per-second", type=float, default=65.0, metavar="N")
+    demo.add_argument("--max-tokens", type=int, default=8192, metavar="N")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the console script."""
+    args = build_parser().parse_args(argv)
+    try:
+        if args.command == "serve":
+            return _serve(args)
+        if args.command == "simulate":
+            return _simulate(args)
+        if args.command == "replay":
+            return _replay(args)
+        if args.command == "demo":
+            from sidecar.demo import run_demo
+
+            return run_demo(tokens_per_second=args.tokens_per_second,
+                            max_tokens=args.max_tokens, out=sys.stdout)
+    except ConfigError as exc:
+        print(f"{PROG}: config error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+    return 2
+
+
+def _overrides(args: argparse.Namespace) -> dict[str, str]:
+    return {k[4:]: v for k, v in vars(args).items() if k.startswith("opt:") and v is not None}
+
+
+def _serve(args: argparse.Namespace) -> int:
+    overrides = _overrides(args)
+    cfg = load_config(args.config, overrides=overrides)
+    if cfg.workers > 1:
+        from sidecar.workers import run_workers
+
+        return run_workers(cfg, sys.argv[1:] if not sys.argv[0].endswith("pytest") else [])
+    _install_uvloop()
+    from sidecar.server import run_server
+
+    return asyncio.run(run_server(cfg, lambda: load_config(args.config, overrides=overrides)))
+
+
+def _simulate(args: argparse.Namespace) -> int:
+    from sidecar.simulator import SimulatorConfig, run_simulator
+
+    host, port = parse_host_port(args.listen)
+    if args.tokens_per_second < 0:
+        raise ConfigError("key 'tokens_per_second': must be >= 0")
+    if args.replay is not None and not args.replay.is_file():
+        raise ConfigError(f"key 'replay': no such file {args.replay}")
+    _install_uvloop()
+    config = SimulatorConfig(tokens_per_second=args.tokens_per_second, replay_file=args.replay)
+
+    async def run() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        server = asyncio.create_task(run_simulator(config, host, port))
+        print(f"{PROG}: simulated vLLM node on http://{host}:{port}", file=sys.stderr)
+        await stop.wait()
+        server.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await server
+
+    asyncio.run(run())
+    return 0
+
+
+def _replay(args: argparse.Namespace) -> int:
+    from sidecar.replay import run_replay
+
+    cfg: Config = load_config(args.config, env={}) if args.config else Config()
+    out: TextIO = sys.stdout
+    return run_replay(args.traces, cfg.detectors, as_json=args.json, out=out)
+
+
+def _install_uvloop() -> None:
+    """Use uvloop when it is installed (the ``fast`` extra) and not disabled."""
+    if os.environ.get("RUNAWAY_SIDECAR_NO_UVLOOP"):
+        return
+    try:
+        import uvloop
+    except ImportError:
+        return
+    asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

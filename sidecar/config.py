@@ -1,0 +1,323 @@
+"""Configuration: one frozen tree of dataclasses, loaded from TOML, environment and flags.
+
+Precedence, highest first: command-line flag, environment variable, config file, default.
+
+- TOML: top-level keys are the fields of :class:`Config`; ``[detectors]`` holds the
+  fields of :class:`detectors.DetectorConfig`; ``[reissue]``, ``[memory]`` likewise;
+  ``[[models]]`` and ``[[reissue.rules]]`` are arrays of tables.
+- Environment: ``RUNAWAY_SIDECAR_<NAME>`` for a top-level key, and
+  ``RUNAWAY_SIDECAR_<TABLE>_<NAME>`` for a key of a table, upper-cased
+  (``RUNAWAY_SIDECAR_DETECTORS_THINKING_TOKEN_BUDGET=4096``). Lists are comma separated,
+  an optional value is cleared with ``none``.
+- Flags: ``--name`` for top-level keys and ``--table.name`` for table keys, with dashes
+  for underscores (``--detectors.thinking-token-budget 4096``).
+
+Every error is a :class:`~sidecar.errors.ConfigError` whose message names the key.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import tomllib
+import types
+import typing
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from detectors import DetectorConfig
+from sidecar.errors import ConfigError
+
+Mode = Literal["enforce", "cut", "shadow", "off"]
+MODES: tuple[Mode, ...] = ("enforce", "cut", "shadow", "off")
+ENV_PREFIX = "RUNAWAY_SIDECAR_"
+
+
+@dataclass(frozen=True, slots=True)
+class ThinkingOffRule:
+    """How to turn thinking off for models whose name matches ``match`` (a regex,
+    searched case-insensitively): ``set`` is deep-merged into the request body."""
+
+    match: str
+    set: Mapping[str, Any]
+
+
+DEFAULT_THINKING_OFF_RULES: tuple[ThinkingOffRule, ...] = (
+    ThinkingOffRule(r"qwen3|qwq|glm|nemotron",
+                    {"chat_template_kwargs": {"enable_thinking": False}}),
+    ThinkingOffRule(r"deepseek|kimi", {"chat_template_kwargs": {"thinking": False}}),
+    ThinkingOffRule(r".*", {"reasoning_effort": "none"}),
+)
+
+
+@dataclass(frozen=True, slots=True)
+class ModelOverride:
+    """Per-model settings for models whose name matches ``match`` (regex, case-insensitive).
+    The first matching entry wins; unset values fall back to the global ones."""
+
+    match: str
+    mode: Mode | None = None
+    thinking_token_budget: int | None = None
+    thinking_seconds_budget: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ReissueConfig:
+    """What the sidecar does after a cut (mode ``enforce``)."""
+
+    # Ladder steps tried in order after a cut: "no-think" (same request, thinking off),
+    # "salvage" (continue from the useful part of the reasoning, closed with </think>),
+    # "fallback:MODEL" (thinking off on another model). After the last one the response
+    # ends cleanly with finish_reason "length".
+    ladder: tuple[str, ...] = ("no-think",)
+    # Hard bound on upstream attempts per client request, the first one included.
+    max_attempts: int = 3
+    # How to disable thinking per model family; the first matching rule applies.
+    rules: tuple[ThinkingOffRule, ...] = DEFAULT_THINKING_OFF_RULES
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryConfig:
+    """Runaway memory: prompts that ran away recently go straight to thinking off."""
+
+    enabled: bool = True
+    ttl_seconds: float = 600.0
+    max_entries: int = 10_000
+
+
+@dataclass(frozen=True, slots=True)
+class Config:
+    """Everything the sidecar reads at start-up and on SIGHUP."""
+
+    upstream: str = "http://127.0.0.1:8001"  # the vLLM server the sidecar fronts
+    listen: str = "127.0.0.1:8000"  # host:port clients connect to
+    metrics_listen: str = "127.0.0.1:9464"  # host:port of /metrics, /healthz, /readyz
+    mode: Mode = "enforce"  # enforce | cut | shadow | off
+    log_format: Literal["json", "console"] = "json"
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
+    model_allowlist: tuple[str, ...] = ()  # model names used as metric labels; others: "other"
+    workers: int = 1  # processes sharing the listen port (SO_REUSEPORT)
+    drain_timeout_seconds: float = 30.0  # SIGTERM: how long in-flight streams may finish
+    upstream_connect_timeout_seconds: float = 10.0
+    upstream_read_timeout_seconds: float = 300.0  # max silence between upstream bytes
+    max_body_bytes: int = 32 * 1024 * 1024  # larger client request bodies get a 413
+    api_key: str | None = None  # if set, clients must send "Authorization: Bearer <key>"
+    detectors: DetectorConfig = field(default_factory=DetectorConfig)
+    reissue: ReissueConfig = field(default_factory=ReissueConfig)
+    memory: MemoryConfig = field(default_factory=MemoryConfig)
+    models: tuple[ModelOverride, ...] = ()
+
+
+TABLES: tuple[str, ...] = ("detectors", "reissue", "memory")
+
+
+def load_config(
+    path: Path | None = None,
+    *,
+    env: Mapping[str, str] | None = None,
+    overrides: Mapping[str, str] | None = None,
+) -> Config:
+    """Build a :class:`Config` from a TOML file, environment variables and flag values.
+
+    ``overrides`` maps dotted keys (``"upstream"``, ``"detectors.stall_seconds"``) to the
+    raw strings given on the command line.
+    """
+    raw: dict[str, Any] = {}
+    if path is not None:
+        try:
+            raw = tomllib.loads(path.read_text(encoding="utf-8"))
+        except OSError as exc:
+            raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from None
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"config file {path} is not valid TOML: {exc}") from None
+    for key, value in _env_values(env if env is not None else os.environ).items():
+        _set_dotted(raw, key, value)
+    for key, value in (overrides or {}).items():
+        _set_dotted(raw, key, value)
+    cfg: Config = _build(Config, raw, "")
+    validate(cfg)
+    return cfg
+
+
+def validate(cfg: Config) -> None:
+    """Cross-field checks that types alone cannot express."""
+    if not re.match(r"^https?://[^/]+", cfg.upstream):
+        raise ConfigError(f"key 'upstream': expected an http(s) URL, got {cfg.upstream!r}")
+    for key in ("listen", "metrics_listen"):
+        parse_host_port(getattr(cfg, key), key)
+    if cfg.workers < 1:
+        raise ConfigError("key 'workers': must be at least 1")
+    if cfg.reissue.max_attempts < 1:
+        raise ConfigError("key 'reissue.max_attempts': must be at least 1")
+    if cfg.max_body_bytes < 1024:
+        raise ConfigError("key 'max_body_bytes': must be at least 1024")
+    for step in cfg.reissue.ladder:
+        if step not in ("no-think", "salvage") and not (
+            step.startswith("fallback:") and len(step) > len("fallback:")
+        ):
+            raise ConfigError(
+                f"key 'reissue.ladder': unknown step {step!r} "
+                "(expected no-think, salvage or fallback:MODEL)"
+            )
+    for i, rule in enumerate(cfg.reissue.rules):
+        _check_regex(rule.match, f"reissue.rules[{i}].match")
+    for i, model in enumerate(cfg.models):
+        _check_regex(model.match, f"models[{i}].match")
+
+
+def parse_host_port(value: str, key: str = "listen") -> tuple[str, int]:
+    """Split ``host:port`` (``[v6]:port`` allowed) or raise ``ConfigError`` naming ``key``."""
+    host, sep, port = value.rpartition(":")
+    if not sep or not port.isdigit() or not 0 <= int(port) <= 65535 or not host:
+        raise ConfigError(f"key '{key}': expected host:port, got {value!r}")
+    return host.strip("[]"), int(port)
+
+
+def option_keys() -> list[tuple[str, Any]]:
+    """Every scalar option as (dotted key, type): drives the flags, env vars and docs."""
+    hints = typing.get_type_hints(Config)
+    keys: list[tuple[str, Any]] = []
+    for f in dataclasses.fields(Config):
+        if f.name in TABLES:
+            sub = hints[f.name]
+            sub_hints = typing.get_type_hints(sub)
+            keys += [(f"{f.name}.{g.name}", sub_hints[g.name]) for g in dataclasses.fields(sub)
+                     if _is_scalar(sub_hints[g.name])]
+        elif _is_scalar(hints[f.name]):
+            keys.append((f.name, hints[f.name]))
+    return keys
+
+
+def _env_values(env: Mapping[str, str]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for key, _ in option_keys():
+        name = ENV_PREFIX + key.replace(".", "_").upper()
+        if name in env:
+            out[key] = env[name]
+    return out
+
+
+def _set_dotted(raw: dict[str, Any], key: str, value: Any) -> None:
+    table, _, name = key.rpartition(".")
+    target = raw
+    if table:
+        sub = raw.setdefault(table, {})
+        if not isinstance(sub, dict):
+            raise ConfigError(f"key '{table}': expected a table")
+        target = sub
+    target[name] = value
+
+
+def _is_scalar(tp: Any) -> bool:
+    if dataclasses.is_dataclass(tp):
+        return False
+    args = typing.get_args(tp)
+    if typing.get_origin(tp) is tuple:
+        return args[0] is str
+    return all(_is_scalar(a) for a in args) if args and _is_union(tp) else True
+
+
+def _is_union(tp: Any) -> bool:
+    return typing.get_origin(tp) in (typing.Union, types.UnionType)
+
+
+def _build(cls: Any, raw: Any, prefix: str) -> Any:
+    where = prefix.rstrip(".") or "config"
+    if not isinstance(raw, Mapping):
+        raise ConfigError(f"key '{where}': expected a table")
+    hints = typing.get_type_hints(cls)
+    names = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(raw) - names)
+    if unknown:
+        raise ConfigError(f"unknown key '{prefix}{unknown[0]}'")
+    kwargs = {name: _coerce(hints[name], value, f"{prefix}{name}") for name, value in raw.items()}
+    try:
+        return cls(**kwargs)
+    except TypeError as exc:  # a required field of a table entry is missing
+        missing = re.search(r"'(\w+)'", str(exc))
+        name = missing.group(1) if missing else "?"
+        raise ConfigError(f"key '{prefix}{name}': required") from None
+
+
+def _coerce(tp: Any, value: Any, key: str) -> Any:
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if _is_union(tp):
+        if type(None) in args and (
+            value is None or (isinstance(value, str) and value.lower() == "none")
+        ):
+            return None
+        errors = []
+        for arg in args:
+            if arg is type(None):
+                continue
+            try:
+                return _coerce(arg, value, key)
+            except ConfigError as exc:
+                errors.append(str(exc))
+        raise ConfigError(errors[0] if errors else f"key '{key}': invalid value {value!r}")
+    if dataclasses.is_dataclass(tp):
+        return _build(tp, value, f"{key}.")
+    if origin is Literal:
+        if value not in args:
+            choices = ", ".join(str(a) for a in args)
+            raise ConfigError(f"key '{key}': expected one of {choices}, got {value!r}")
+        return value
+    if origin is tuple:
+        item = args[0]
+        if isinstance(value, str) and item is str:
+            value = [v.strip() for v in value.split(",") if v.strip()]
+        if not isinstance(value, list):
+            raise ConfigError(f"key '{key}': expected a list, got {type(value).__name__}")
+        return tuple(_coerce(item, v, f"{key}[{i}]") for i, v in enumerate(value))
+    if tp is Mapping[str, Any] or origin is Mapping:
+        if not isinstance(value, Mapping):
+            raise ConfigError(f"key '{key}': expected a table, got {type(value).__name__}")
+        return dict(value)
+    return _scalar(tp, value, key)
+
+
+def _scalar(tp: Any, value: Any, key: str) -> Any:
+    if tp is bool:
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.lower() in ("true", "1", "yes", "on"):
+            return True
+        if isinstance(value, str) and value.lower() in ("false", "0", "no", "off"):
+            return False
+    elif tp is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        if isinstance(value, str) and re.fullmatch(r"-?\d+", value.strip()):
+            return int(value)
+    elif tp is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+        if isinstance(value, str):
+            try:
+                return float(value)
+            except ValueError:
+                pass
+    elif tp is str:
+        if isinstance(value, str):
+            return value
+    else:
+        raise ConfigError(f"key '{key}': unsupported option type {tp!r}")
+    raise ConfigError(f"key '{key}': expected {tp.__name__}, got {value!r}")
+
+
+def _check_regex(pattern: str, key: str) -> None:
+    try:
+        re.compile(pattern)
+    except re.error as exc:
+        raise ConfigError(f"key '{key}': invalid regex: {exc}") from None
+
+
+def model_override(cfg: Config, model: str) -> ModelOverride | None:
+    """The first ``[[models]]`` entry whose pattern matches ``model``."""
+    for entry in cfg.models:
+        if re.search(entry.match, model, re.IGNORECASE):
+            return entry
+    return None

@@ -1,0 +1,663 @@
+"""The one module that does network I/O: aiohttp handlers and the upstream client.
+
+Everything that decides (what a chunk means, whether a detector fired, what the
+reissue body is, which bytes a splice writes) lives in pure modules; the handlers here
+only carry those decisions out. No other module awaits a socket.
+
+Two kinds of routes:
+
+- pass-through, for every method and path that is not watched: status, headers (minus
+  hop-by-hop) and body are relayed as they arrive, in both directions;
+- watched, ``POST /v1/chat/completions`` and ``POST /v1/completions``: the upstream
+  stream is decoded and fed to the detectors while its original bytes are forwarded.
+  On a verdict the handler leaves the upstream response (closing the connection, so
+  vLLM aborts the request and frees its KV cache) and walks the reissue ladder.
+
+Cutting always means leaving the ``async with`` block that owns the upstream response.
+A client disconnect cancels the handler (``handler_cancellation=True``), which leaves
+that block the same way.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal
+
+import aiohttp
+import orjson
+import structlog
+from aiohttp import web
+from yarl import URL
+
+from detectors import DetectorConfig, Verdict, resolve_thinking_budget
+from sidecar.aggregate import Aggregator
+from sidecar.config import MODES, Config, Mode, model_override
+from sidecar.errors import (
+    RequestTooLarge,
+    UpstreamError,
+    error_body,
+    map_upstream_exception,
+    upstream_error_body,
+)
+from sidecar.headers import forward_headers
+from sidecar.logs import access_log_fields, runaway_log_fields
+from sidecar.memory import RunawayMemory
+from sidecar.metrics import LadderStep, Metrics, Outcome
+from sidecar.reissue import (
+    no_think_body,
+    prompt_fingerprint,
+    salvage_body,
+    thinking_disabled,
+    useful_reasoning,
+    watched_body,
+)
+from sidecar.splice import DONE_EVENT, Head, comment, content_chunk, finish_chunk, usage_chunk
+from sidecar.stream import Route
+from sidecar.watch import Attempt, Totals
+
+log = structlog.get_logger("runaway_sidecar")
+
+_STALL_GRANULARITY = 1.0  # seconds; the stall deadline is pushed back at most this often
+
+
+@dataclass(slots=True)
+class Exchange:
+    """Bookkeeping of one watched client request, for metrics and the access log."""
+
+    route: Route
+    model: str | None
+    mode: Mode
+    request_id: str
+    started: float
+    client_stream: bool
+    outcome: Outcome = "ok"
+    upstream_status: int | None = None
+    verdicts: list[Verdict] = field(default_factory=list)
+    attempts: int = 0
+    thinking_tokens: int = 0
+    content_tokens: int = 0
+    ttfc_seen: bool = False
+
+
+class _UpstreamStatus(Exception):
+    """The upstream answered with something other than a 200 event stream."""
+
+    def __init__(self, status: int, headers: Any, body: bytes) -> None:
+        super().__init__(status)
+        self.status, self.headers, self.body = status, headers, body
+
+
+class Proxy:
+    """Request handlers bound to one upstream and one config (swapped on reload)."""
+
+    def __init__(self, config: Config, metrics: Metrics) -> None:
+        self.config = config
+        self.metrics = metrics
+        self.memory = RunawayMemory(config.memory.ttl_seconds, config.memory.max_entries)
+        self._base = config.upstream.rstrip("/")
+        self._session: aiohttp.ClientSession | None = None
+        self.draining = False
+
+    # -- lifecycle -------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Open the upstream connection pool (one per process)."""
+        cfg = self.config
+        self._session = aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(limit=0, enable_cleanup_closed=True),
+            timeout=aiohttp.ClientTimeout(
+                total=None,
+                connect=cfg.upstream_connect_timeout_seconds,
+                sock_read=cfg.upstream_read_timeout_seconds,
+            ),
+            auto_decompress=False,
+            skip_auto_headers=("User-Agent", "Accept-Encoding", "Content-Type"),
+        )
+
+    async def close(self) -> None:
+        """Close the upstream pool."""
+        if self._session is not None:
+            await self._session.close()
+
+    def reconfigure(self, config: Config) -> None:
+        """Take a reloaded config for requests that start from now on (upstream is fixed)."""
+        self.config = config
+
+    @property
+    def session(self) -> aiohttp.ClientSession:
+        assert self._session is not None, "Proxy.start() was not awaited"
+        return self._session
+
+    def _url(self, request: web.Request) -> URL:
+        # The upstream is fixed by config: the request contributes only path and query,
+        # appended to it as text, so no request can make the sidecar call another host.
+        return URL(self._base + request.raw_path, encoded=True)
+
+    async def upstream_ready(self) -> bool:
+        """Readiness: the upstream answered ``GET /health`` with a 2xx."""
+        try:
+            async with self.session.get(
+                self._base + "/health", timeout=aiohttp.ClientTimeout(total=2)
+            ) as resp:
+                return 200 <= resp.status < 300
+        except (TimeoutError, aiohttp.ClientError, OSError):
+            return False
+
+    # -- pass-through ----------------------------------------------------------------
+
+    async def passthrough(self, request: web.Request,
+                          body: bytes | None = None) -> web.StreamResponse:
+        """Relay any request as-is; ``body`` replaces the request stream when the watched
+        handler already read it."""
+        started = time.monotonic()
+        if not request.raw_path.startswith("/"):
+            return _json_error(400, "request target must be a path", "BadRequestError")
+        data: Any = body if body is not None else (request.content if request.body_exists else None)
+        resp: web.StreamResponse | None = None
+        status: int | None = None
+        outcome: Outcome = "ok"
+        try:
+            async with self.session.request(
+                request.method, self._url(request), data=data, allow_redirects=False,
+                headers=forward_headers(request.headers),
+            ) as up:
+                status = up.status
+                resp = web.StreamResponse(status=up.status, reason=up.reason,
+                                          headers=forward_headers(up.headers))
+                if up.content_length is not None and "Transfer-Encoding" not in up.headers:
+                    resp.content_length = up.content_length
+                await resp.prepare(request)
+                async for chunk in up.content.iter_any():
+                    await resp.write(chunk)
+                await resp.write_eof()
+                return resp
+        except asyncio.CancelledError:
+            outcome = "client_disconnect"
+            self.metrics.client_disconnect("passthrough")
+            raise
+        except (TimeoutError, aiohttp.ClientError, OSError) as exc:
+            if isinstance(exc, (ConnectionResetError, aiohttp.ClientConnectionResetError)) and (
+                resp is not None and request.transport is None
+            ):
+                outcome = "client_disconnect"
+                self.metrics.client_disconnect("passthrough")
+                raise
+            err = map_upstream_exception(exc, headers_received=resp is not None)
+            self.metrics.upstream_error(err.kind)
+            outcome = "upstream_error"
+            if resp is None:
+                return web.Response(status=err.status, body=upstream_error_body(err),
+                                    content_type="application/json")
+            # Headers are gone and the body is not ours to frame: cut the connection
+            # so the client sees a truncated response rather than a silent short one.
+            if request.transport is not None:
+                request.transport.close()
+            return resp
+        finally:
+            self.metrics.request_done("passthrough", outcome)
+            log.info("access", **access_log_fields(
+                method=request.method, path=request.path, status=resp.status if resp else 502,
+                route="passthrough", outcome=outcome, model=None,
+                request_id=request.headers.get("X-Request-Id", ""),
+                duration_s=time.monotonic() - started, bytes_sent=0, upstream_status=status))
+
+    # -- watched routes --------------------------------------------------------------
+
+    async def chat(self, request: web.Request) -> web.StreamResponse:
+        """``POST /v1/chat/completions``."""
+        return await self._watched(request, "chat")
+
+    async def completions(self, request: web.Request) -> web.StreamResponse:
+        """``POST /v1/completions``."""
+        return await self._watched(request, "completions")
+
+    async def _read_body(self, request: web.Request) -> bytes:
+        limit = self.config.max_body_bytes
+        if request.content_length is not None and request.content_length > limit:
+            raise RequestTooLarge
+        chunks: list[bytes] = []
+        size = 0
+        async for chunk in request.content.iter_any():
+            size += len(chunk)
+            if size > limit:
+                raise RequestTooLarge
+            chunks.append(chunk)
+        return b"".join(chunks)
+
+    async def _watched(self, request: web.Request, route: Route) -> web.StreamResponse:
+        cfg = self.config
+        try:
+            raw = await self._read_body(request)
+        except RequestTooLarge:
+            self.metrics.request_done(route, "rejected")
+            return _json_error(413, f"request body exceeds {cfg.max_body_bytes} bytes",
+                               "RequestTooLargeError")
+        try:
+            body = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            body = None
+        if not isinstance(body, dict):
+            # Not ours to judge: vLLM answers malformed requests with its own 400.
+            return await self.passthrough(request, raw)
+        model = body.get("model") if isinstance(body.get("model"), str) else None
+        override = model_override(cfg, model or "")
+        header_mode = request.headers.get("X-Runaway-Mode")
+        if header_mode is not None and header_mode not in MODES:
+            self.metrics.request_done(route, "rejected", model)
+            return _json_error(400, "X-Runaway-Mode must be one of enforce, cut, shadow, off",
+                               "BadRequestError", param="X-Runaway-Mode")
+        mode: Mode = header_mode or (override.mode if override and override.mode else cfg.mode)
+        if mode == "off":
+            return await self.passthrough(request, raw)
+        try:
+            budget = resolve_thinking_budget(
+                cfg.detectors.thinking_token_budget,
+                override.thinking_token_budget if override else None,
+                body.get("thinking_token_budget"),
+                request.headers.get("X-Thinking-Budget"),
+            )
+        except ValueError as exc:
+            self.metrics.request_done(route, "rejected", model)
+            return _json_error(400, str(exc), "BadRequestError", param="thinking_token_budget")
+        seconds_budget = (override.thinking_seconds_budget if override and
+                          override.thinking_seconds_budget is not None
+                          else cfg.detectors.thinking_seconds_budget)
+        detectors = _with_budgets(cfg.detectors, budget, seconds_budget)
+        ex = Exchange(route=route, model=model, mode=mode,
+                      request_id=request.headers.get("X-Request-Id") or uuid.uuid4().hex,
+                      started=asyncio.get_running_loop().time(),
+                      client_stream=body.get("stream") is True)
+        sink: _Sink = _StreamSink(request) if ex.client_stream else _BodySink(route)
+        self.metrics.stream_started()
+        try:
+            await self._serve(request, ex, body, raw, detectors, sink)
+            return await sink.finish(ex)
+        except asyncio.CancelledError:
+            ex.outcome = "client_disconnect"
+            self.metrics.client_disconnect(route)
+            raise
+        finally:
+            self.metrics.stream_ended()
+            self._account(request, ex, sink)
+
+    async def _serve(self, request: web.Request, ex: Exchange, body: dict[str, Any], raw: bytes,
+                     detectors: DetectorConfig, sink: _Sink) -> None:
+        """Run the first attempt and, after a cut, the reissue ladder."""
+        cfg = self.config
+        loop = asyncio.get_running_loop()
+        fingerprint = prompt_fingerprint(body)
+        ladder: list[str] = list(cfg.reissue.ladder)
+        n = body.get("n", 1) if isinstance(body.get("n"), int) else 1
+        open_choices = list(range(max(1, n)))
+        finished: set[int] = set()
+        upstream_body: dict[str, Any] | None = None
+        upstream_raw: bytes | None = raw if ex.client_stream else None
+        if (cfg.memory.enabled and ex.mode == "enforce" and not thinking_disabled(body)
+                and self.memory.recalls(fingerprint, loop.time())):
+            upstream_body = no_think_body(body, cfg.reissue.rules, client_stream=ex.client_stream,
+                                          open_choices=len(open_choices))
+            upstream_raw = None
+            log.info("runaway_memory_hit", request_id=ex.request_id, model=ex.model)
+        elif upstream_raw is None:
+            upstream_body = watched_body(body, client_stream=False)
+        step = "original"
+        head: Head | None = None
+        earlier = Totals()
+        index_map: dict[int, int] | None = None
+        aggregator = sink.aggregator
+        while True:
+            attempt = Attempt(
+                route=ex.route, number=ex.attempts, detectors=detectors,
+                started_at=loop.time(), head=head, index_map=index_map,
+                reasoning_to_content=step == "salvage", aggregator=aggregator,
+                client_usage=_wants_usage(body), earlier=earlier,
+                stop_on_verdict=ex.mode in ("enforce", "cut"),
+            )
+            ex.attempts += 1
+            try:
+                await self._attempt(request, ex, attempt, upstream_raw, upstream_body, sink)
+            except _UpstreamStatus as st:
+                if attempt.number == 0:
+                    ex.upstream_status = st.status
+                    await sink.relay(st.status, st.headers, st.body)
+                    return
+                err = UpstreamError(f"reissue failed with upstream status {st.status}")
+                self._reissue_done(ex, step, "upstream_error")
+                await sink.fail(err, attempt.head or head)
+                return
+            except UpstreamError as err:
+                self.metrics.upstream_error(err.kind)
+                if attempt.number > 0:
+                    self._reissue_done(ex, step, "upstream_error")
+                ex.outcome = "upstream_error"
+                await sink.fail(err, attempt.head or head)
+                return
+            head = head or attempt.head
+            ex.thinking_tokens += sum(c.thinking_tokens for c in attempt.choices.values())
+            ex.content_tokens += sum(c.content_tokens for c in attempt.choices.values())
+            if attempt.first_content_at is not None and not ex.ttfc_seen:
+                ex.ttfc_seen = True
+                self.metrics.observe_ttfc(ex.model, attempt.first_content_at - ex.started)
+            verdict = attempt.verdict
+            if verdict is None or ex.mode == "shadow":
+                if verdict is not None:
+                    self._record_verdict(ex, attempt, verdict)
+                    ex.outcome = "shadow"
+                if attempt.number > 0:
+                    self._reissue_done(ex, step, "ok")
+                    ex.outcome = "reissued"
+                if attempt.error is not None and attempt.number == 0:
+                    ex.outcome = "upstream_error"
+                    self.metrics.upstream_error("status_5xx")
+                return
+            self._record_verdict(ex, attempt, verdict)
+            self.memory.remember(fingerprint, loop.time())
+            if attempt.number > 0:
+                self._reissue_done(ex, step, "runaway")
+            finished |= _finished_client(attempt)
+            open_choices = [i for i in range(max(1, n)) if i not in finished]
+            earlier = attempt.totals()
+            if head is None:  # cut before the first chunk: nothing to splice into
+                head = Head(f"{'chatcmpl' if ex.route == 'chat' else 'cmpl'}-{ex.request_id}",
+                            int(time.time()), ex.model, ex.route)
+            next_step = ladder.pop(0) if ladder and ex.mode == "enforce" else None
+            if next_step is None or ex.attempts >= cfg.reissue.max_attempts:
+                ex.outcome = "cut" if ex.mode == "cut" else "exhausted"
+                if ex.mode == "enforce":
+                    self.metrics.ladder_exhausted(ex.model)
+                action = "cut" if ex.mode == "cut" else "finish"
+                await sink.end(head, verdict, action, ex.attempts - 1, open_choices,
+                               earlier, _wants_usage(body))
+                return
+            step = next_step
+            upstream_raw = None
+            upstream_body = self._step_body(body, step, ex, attempt, verdict,
+                                            len(open_choices))
+            if upstream_body is None:  # the step does not apply (e.g. salvage with n>1)
+                step = "no-think"
+                upstream_body = self._step_body(body, step, ex, attempt, verdict,
+                                                len(open_choices))
+            assert upstream_body is not None
+            index_map = dict(enumerate(open_choices))
+            await sink.splice_start(head, verdict, f"reissue:{step}", ex.attempts - 1,
+                                    [i for i in open_choices if attempt.inline_open(i)])
+
+    def _step_body(self, body: dict[str, Any], step: str, ex: Exchange, attempt: Attempt,
+                   verdict: Verdict, open_count: int) -> dict[str, Any] | None:
+        rules = self.config.reissue.rules
+        if step == "salvage":
+            index = attempt.verdict_index if attempt.verdict_index is not None else 0
+            reasoning = useful_reasoning(attempt.reasoning_of(index), verdict.evidence.excerpt)
+            return salvage_body(body, reasoning, client_stream=ex.client_stream)
+        model = step.split(":", 1)[1] if step.startswith("fallback:") else None
+        return no_think_body(body, rules, client_stream=ex.client_stream,
+                             open_choices=open_count, model=model)
+
+    async def _attempt(self, request: web.Request, ex: Exchange, attempt: Attempt,
+                       raw: bytes | None, body: dict[str, Any] | None, sink: _Sink) -> None:
+        """One upstream request, pumped through ``attempt`` into ``sink``."""
+        data = raw if raw is not None else orjson.dumps(body)
+        headers = forward_headers(request.headers, drop=("accept-encoding", "content-type"))
+        headers["Content-Type"] = "application/json"
+        stall = self.config.detectors.stall_seconds
+        loop = asyncio.get_running_loop()
+        headers_received = False
+        try:
+            async with self.session.post(
+                self._base + ("/v1/chat/completions" if ex.route == "chat" else "/v1/completions"),
+                data=data, headers=headers,
+            ) as up:
+                headers_received = True
+                ctype = up.headers.get("Content-Type", "")
+                if up.status != 200 or not ctype.startswith("text/event-stream"):
+                    raise _UpstreamStatus(up.status, up.headers, await up.read())
+                ex.upstream_status = up.status
+                sink.upstream_headers(up.headers)
+                reader = up.content
+                pushed = loop.time()
+                async with asyncio.timeout(None) as deadline:
+                    if stall is not None:
+                        deadline.reschedule(pushed + stall + _STALL_GRANULARITY)
+                    while True:
+                        try:
+                            chunk = await reader.readany()
+                        except TimeoutError:
+                            now = loop.time()
+                            if attempt.tick(now) is not None:
+                                break
+                            deadline.reschedule(now + _STALL_GRANULARITY)
+                            continue
+                        now = loop.time()
+                        if not chunk:
+                            tail = attempt.eof(now)
+                            if tail:
+                                await sink.write(tail)
+                            break
+                        out = attempt.feed(chunk, now)
+                        if out:
+                            await sink.write(out)
+                        if attempt.stopped:
+                            break
+                        if stall is not None and now - pushed > _STALL_GRANULARITY:
+                            pushed = now
+                            deadline.reschedule(now + stall + _STALL_GRANULARITY)
+                if attempt.stopped:
+                    up.close()  # not release(): vLLM must see the disconnect and abort
+        except (TimeoutError, aiohttp.ClientError, OSError) as exc:
+            if isinstance(exc, TimeoutError) and headers_received and attempt.tick(loop.time()):
+                return
+            raise map_upstream_exception(exc, headers_received=headers_received) from None
+
+    # -- accounting --------------------------------------------------------------------
+
+    def _record_verdict(self, ex: Exchange, attempt: Attempt, verdict: Verdict) -> None:
+        ex.verdicts.append(verdict)
+        mode = ex.mode if ex.mode in ("enforce", "cut", "shadow") else "enforce"
+        self.metrics.runaway(ex.model, verdict.detector, verdict.channel, mode)
+        self.metrics.detection_point(verdict.detector, verdict.at_token)
+        if attempt.stopped:
+            self.metrics.wasted_tokens(ex.model, attempt.counted_tokens)
+        loop = asyncio.get_running_loop()
+        log.warning("runaway", **runaway_log_fields(
+            verdict, request_id=ex.request_id, model=ex.model,
+            seconds=loop.time() - ex.started, mode=ex.mode, attempt=attempt.number))
+
+    def _reissue_done(self, ex: Exchange, step: str, outcome: Any) -> None:
+        label: LadderStep = ("salvage" if step == "salvage" else
+                             "fallback_model" if step.startswith("fallback:") else "thinking_off")
+        self.metrics.reissue(ex.model, label, outcome)
+
+    def _account(self, request: web.Request, ex: Exchange, sink: _Sink) -> None:
+        loop = asyncio.get_running_loop()
+        seconds = loop.time() - ex.started
+        self.metrics.request_done(ex.route, ex.outcome, ex.model)
+        self.metrics.observe_thinking(ex.model, ex.thinking_tokens, seconds if
+                                      ex.thinking_tokens else 0.0)
+        self.metrics.content_tokens(ex.model, ex.content_tokens)
+        log.info("access", **access_log_fields(
+            method=request.method, path=request.path, status=sink.status, route=ex.route,
+            outcome=ex.outcome, model=ex.model, request_id=ex.request_id, duration_s=seconds,
+            bytes_sent=sink.bytes_sent, upstream_status=ex.upstream_status))
+
+
+# -- client sinks ------------------------------------------------------------------------
+
+
+class _Sink:
+    """Where a watched response goes: a live SSE stream, or a JSON body built at the end."""
+
+    aggregator: Aggregator | None = None
+    status = 200
+    bytes_sent = 0
+
+    def upstream_headers(self, headers: Any) -> None:
+        """The first 200 from upstream: remember its headers for the client response."""
+
+    async def write(self, data: bytes) -> None:
+        """Bytes for a streaming client (ignored by a body sink)."""
+
+    async def relay(self, status: int, headers: Any, body: bytes) -> None:
+        raise NotImplementedError
+
+    async def fail(self, err: UpstreamError, head: Head | None) -> None:
+        raise NotImplementedError
+
+    async def splice_start(self, head: Head, verdict: Verdict, action: str, attempt: int,
+                           inline_open: list[int]) -> None:
+        """A cut happened and a reissue follows."""
+
+    async def end(self, head: Head, verdict: Verdict, action: str, attempt: int,
+                  open_choices: list[int], totals: Totals, usage: bool) -> None:
+        raise NotImplementedError
+
+    async def finish(self, ex: Exchange) -> web.StreamResponse:
+        raise NotImplementedError
+
+
+class _StreamSink(_Sink):
+    def __init__(self, request: web.Request) -> None:
+        self.request = request
+        self.response: web.StreamResponse | None = None
+        self._headers: Any = None
+        self._final: web.StreamResponse | None = None
+
+    def upstream_headers(self, headers: Any) -> None:
+        if self._headers is None:
+            self._headers = headers
+
+    async def _prepared(self) -> web.StreamResponse:
+        if self.response is None:
+            resp = web.StreamResponse(status=200, headers=forward_headers(self._headers or {}))
+            if "Content-Type" not in resp.headers:
+                resp.content_type = "text/event-stream"
+            await resp.prepare(self.request)
+            self.response = resp
+        return self.response
+
+    async def write(self, data: bytes) -> None:
+        resp = await self._prepared()
+        self.bytes_sent += len(data)
+        await resp.write(data)
+
+    async def relay(self, status: int, headers: Any, body: bytes) -> None:
+        self.status = status
+        resp = web.Response(status=status, body=body, headers=forward_headers(headers))
+        self._final = resp
+
+    async def fail(self, err: UpstreamError, head: Head | None) -> None:
+        if self.response is None:
+            self.status = err.status
+            self._final = web.Response(status=err.status, body=upstream_error_body(err),
+                                       content_type="application/json")
+            return
+        await self.write(b"data: " + upstream_error_body(err) + b"\n\n" + DONE_EVENT)
+
+    async def splice_start(self, head: Head, verdict: Verdict, action: str, attempt: int,
+                           inline_open: list[int]) -> None:
+        parts = [comment(verdict, action, attempt)]
+        parts += [content_chunk(head, i, "</think>") for i in inline_open]
+        await self.write(b"".join(parts))
+
+    async def end(self, head: Head, verdict: Verdict, action: str, attempt: int,
+                  open_choices: list[int], totals: Totals, usage: bool) -> None:
+        parts = [comment(verdict, action, attempt)]
+        parts += [finish_chunk(head, i, "length") for i in open_choices]
+        if usage:
+            parts.append(usage_chunk(head, _totals_usage(totals)))
+        parts.append(DONE_EVENT)
+        await self.write(b"".join(parts))
+
+    async def finish(self, ex: Exchange) -> web.StreamResponse:
+        if self._final is not None:
+            return self._final
+        resp = await self._prepared()
+        await resp.write_eof()
+        return resp
+
+
+class _BodySink(_Sink):
+    def __init__(self, route: Route) -> None:
+        self.aggregator = Aggregator(route)
+        self._headers: Any = None
+        self._final: web.StreamResponse | None = None
+        self._action: str | None = None
+
+    def upstream_headers(self, headers: Any) -> None:
+        if self._headers is None:
+            self._headers = headers
+
+    async def relay(self, status: int, headers: Any, body: bytes) -> None:
+        self.status = status
+        self._final = web.Response(status=status, body=body, headers=forward_headers(headers))
+
+    async def fail(self, err: UpstreamError, head: Head | None) -> None:
+        self.status = err.status
+        self._final = web.Response(status=err.status, body=upstream_error_body(err),
+                                   content_type="application/json")
+
+    async def splice_start(self, head: Head, verdict: Verdict, action: str, attempt: int,
+                           inline_open: list[int]) -> None:
+        self._action = "reissue"
+
+    async def end(self, head: Head, verdict: Verdict, action: str, attempt: int,
+                  open_choices: list[int], totals: Totals, usage: bool) -> None:
+        assert self.aggregator is not None
+        self._action = action
+        for index in open_choices:
+            self.aggregator.set_choice_text(index, finish_reason="length")
+        self.aggregator.set_usage(_totals_usage(totals))
+        if not self.aggregator.head:
+            self.aggregator.head = {"id": head.id, "created": head.created, "model": head.model}
+
+    async def finish(self, ex: Exchange) -> web.StreamResponse:
+        if self._final is not None:
+            return self._final
+        assert self.aggregator is not None
+        headers = forward_headers(self._headers or {}, drop=("content-type",))
+        if ex.verdicts and ex.mode != "shadow":
+            verdict = ex.verdicts[0]
+            headers["X-Runaway-Detector"] = verdict.detector
+            headers["X-Runaway-Action"] = self._action or "reissue"
+            headers["X-Runaway-Attempts"] = str(ex.attempts)
+        body = self.aggregator.body()
+        self.bytes_sent = len(body)
+        return web.Response(status=200, body=body, headers=headers,
+                            content_type="application/json")
+
+
+# -- helpers ---------------------------------------------------------------------------------
+
+
+def _json_error(status: int, message: str, error_type: str,
+                param: str | None = None) -> web.Response:
+    return web.Response(status=status, body=error_body(message, error_type, status, param),
+                        content_type="application/json")
+
+
+def _with_budgets(cfg: DetectorConfig, tokens: int | None, seconds: float | None) -> DetectorConfig:
+    if cfg.thinking_token_budget == tokens and cfg.thinking_seconds_budget == seconds:
+        return cfg
+    return replace(cfg, thinking_token_budget=tokens, thinking_seconds_budget=seconds)
+
+
+def _wants_usage(body: dict[str, Any]) -> bool:
+    opts = body.get("stream_options")
+    return body.get("stream") is not True or (
+        isinstance(opts, dict) and opts.get("include_usage") is True)
+
+
+def _finished_client(attempt: Attempt) -> set[int]:
+    return {attempt.index_map.get(i, i) for i, c in attempt.choices.items() if c.finished}
+
+
+def _totals_usage(totals: Totals) -> dict[str, Any]:
+    prompt = totals.prompt_tokens
+    return {"prompt_tokens": prompt, "total_tokens": prompt + totals.completion_tokens,
+            "completion_tokens": totals.completion_tokens,
+            "completion_tokens_details": {"reasoning_tokens": totals.reasoning_tokens}}
+
+
+Action = Literal["reissue", "cut", "finish"]

@@ -1,0 +1,100 @@
+"""Process lifecycle of ``serve``: listeners, signals, drain and reload.
+
+- Binds the client listener (``listen``) and the metrics listener (``metrics_listen``),
+  then tells systemd ``READY=1``.
+- SIGTERM/SIGINT: stop accepting connections, let in-flight streams finish for up to
+  ``drain_timeout_seconds``, cancel what is left, exit 0.
+- SIGHUP: reload the config (file, environment, the original flags); detector
+  thresholds, modes, ladder and per-model settings apply to requests that start after
+  it. A bad reload is logged and counted, and the old config stays. ``upstream`` and the
+  listen addresses need a restart.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import signal
+from collections.abc import Callable
+
+import structlog
+from aiohttp import web
+from prometheus_client import CollectorRegistry
+
+from sidecar import __version__, sdnotify
+from sidecar.app import PROXY, make_app
+from sidecar.config import Config, parse_host_port
+from sidecar.errors import ConfigError
+from sidecar.health import make_metrics_app
+from sidecar.logs import configure_logging
+from sidecar.metrics import Metrics
+
+log = structlog.get_logger("runaway_sidecar")
+
+_RESTART_ONLY = ("upstream", "listen", "metrics_listen", "workers")
+
+
+async def run_server(
+    cfg: Config,
+    reload_config: Callable[[], Config],
+    *,
+    reuse_port: bool = False,
+    registry: CollectorRegistry | None = None,
+) -> int:
+    """Serve until SIGTERM/SIGINT; return the exit code."""
+    configure_logging(cfg.log_format, cfg.log_level)
+    registry = registry or CollectorRegistry()
+    metrics = Metrics(registry, cfg.model_allowlist, __version__)
+    app = make_app(cfg, metrics)
+    proxy = app[PROXY]
+    runner = web.AppRunner(app, handler_cancellation=True,
+                           shutdown_timeout=cfg.drain_timeout_seconds, access_log=None)
+    await runner.setup()
+    host, port = parse_host_port(cfg.listen)
+    await web.TCPSite(runner, host, port, reuse_port=reuse_port or None).start()
+    metrics_runner = web.AppRunner(make_metrics_app(registry, proxy.upstream_ready),
+                                   access_log=None)
+    await metrics_runner.setup()
+    mhost, mport = parse_host_port(cfg.metrics_listen, "metrics_listen")
+    await web.TCPSite(metrics_runner, mhost, mport, reuse_port=reuse_port or None).start()
+
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    current = [cfg]
+
+    def reload() -> None:
+        sdnotify.reloading()
+        try:
+            new = reload_config()
+        except ConfigError as exc:
+            new, problem = None, str(exc)
+        else:
+            changed = [k for k in _RESTART_ONLY if getattr(new, k) != getattr(current[0], k)]
+            problem = f"key '{changed[0]}': changing it needs a restart" if changed else ""
+        if new is None or problem:
+            metrics.reload("error")
+            log.error("config_reload_failed", error=problem)
+        else:
+            proxy.reconfigure(new)
+            current[0] = new
+            metrics.reload("ok")
+            log.info("config_reloaded", mode=new.mode,
+                     detectors=dataclasses.asdict(new.detectors))
+        sdnotify.ready("reloaded")
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    loop.add_signal_handler(signal.SIGHUP, reload)
+    log.info("listening", listen=cfg.listen, metrics_listen=cfg.metrics_listen,
+             upstream=cfg.upstream, mode=cfg.mode, version=__version__)
+    sdnotify.ready(f"proxying {cfg.listen} -> {cfg.upstream}")
+    await stop.wait()
+    sdnotify.stopping()
+    log.info("draining", timeout_s=cfg.drain_timeout_seconds)
+    proxy.draining = True
+    await runner.cleanup()
+    await metrics_runner.cleanup()
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        loop.remove_signal_handler(sig)
+    log.info("stopped")
+    return 0

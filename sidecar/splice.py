@@ -1,0 +1,124 @@
+"""Bytes the sidecar writes itself into a client stream when it splices (pure).
+
+After a cut, the client keeps the ``id``, ``created`` and ``model`` of the first attempt
+(its ``Head``). Reissued chunks are rewritten to carry them and their choice indices are
+mapped back onto the choices that were still open; the synthetic chunks below (a
+``</think>`` close for inline-tag streams, a ``length`` finish, the summed usage) use the
+same vLLM 0.32 field layout as real chunks.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from detectors import Verdict
+from sidecar.stream import Route
+
+DONE_EVENT = b"data: [DONE]\n\n"
+
+
+@dataclass(frozen=True, slots=True)
+class Head:
+    """The identity of the client's response, taken from the first chunk it saw."""
+
+    id: Any
+    created: Any
+    model: Any
+    route: Route
+
+    @property
+    def object(self) -> str:
+        return "chat.completion.chunk" if self.route == "chat" else "text_completion"
+
+
+def event(obj: dict[str, Any]) -> bytes:
+    """One SSE event carrying ``obj``."""
+    return b"data: " + orjson.dumps(obj) + b"\n\n"
+
+
+def comment(verdict: Verdict, action: str, attempt: int) -> bytes:
+    """The single ``: runaway ...`` comment line recording a cut. Clients ignore comments."""
+    ev = verdict.evidence
+    return (
+        f": runaway detector={verdict.detector} channel={verdict.channel} "
+        f"at_token={verdict.at_token} period={ev.period} count={ev.count} "
+        f"action={action} attempt={attempt}\n\n"
+    ).encode()
+
+
+def _chunk(head: Head, choices: list[dict[str, Any]]) -> dict[str, Any]:
+    return {"id": head.id, "object": head.object, "created": head.created, "model": head.model,
+            "choices": choices}
+
+
+def content_chunk(head: Head, index: int, text: str) -> bytes:
+    """A chunk that adds ``text`` to choice ``index``'s answer."""
+    if head.route == "chat":
+        choice = {"index": index, "delta": {"content": text}, "logprobs": None,
+                  "finish_reason": None, "token_ids": None}
+    else:
+        choice = {"index": index, "text": text, "logprobs": None, "finish_reason": None,
+                  "stop_reason": None, "prompt_token_ids": None, "token_ids": None}
+    return event(_chunk(head, [choice]))
+
+
+def finish_chunk(head: Head, index: int, reason: str) -> bytes:
+    """A chunk that ends choice ``index`` with ``reason``."""
+    if head.route == "chat":
+        choice = {"index": index, "delta": {}, "logprobs": None, "finish_reason": reason,
+                  "stop_reason": None, "token_ids": None}
+    else:
+        choice = {"index": index, "text": "", "logprobs": None, "finish_reason": reason,
+                  "stop_reason": None, "prompt_token_ids": None, "token_ids": None}
+    return event(_chunk(head, [choice]))
+
+
+def usage_chunk(head: Head, usage: dict[str, Any]) -> bytes:
+    """The final ``choices: []`` chunk with ``usage``."""
+    obj = _chunk(head, [])
+    obj["usage"] = usage
+    return event(obj)
+
+
+def is_role_only(choice: dict[str, Any]) -> bool:
+    """The first chunk of a choice, ``delta: {role, content: ""}``, carries nothing new."""
+    delta = choice.get("delta")
+    return (isinstance(delta, dict) and "role" in delta and not delta.get("content")
+            and not delta.get("reasoning") and not delta.get("tool_calls")
+            and choice.get("finish_reason") is None)
+
+
+def rewrite(
+    head: Head, obj: dict[str, Any], index_map: dict[int, int], *, reasoning_to_content: bool,
+) -> dict[str, Any] | None:
+    """A reissued chunk as the client must see it, or None to drop it (role-only chunks).
+
+    ``reasoning_to_content`` moves ``delta.reasoning`` into ``delta.content``: after a
+    salvage prefill vLLM still labels the answer as reasoning.
+    """
+    obj["id"], obj["created"], obj["model"] = head.id, head.created, head.model
+    choices = obj.get("choices")
+    if not isinstance(choices, list):
+        return obj
+    kept = []
+    for choice in choices:
+        if not isinstance(choice, dict):
+            continue
+        if is_role_only(choice):
+            continue
+        index = choice.get("index", 0)
+        choice["index"] = index_map.get(index, index) if isinstance(index, int) else index
+        delta = choice.get("delta")
+        if reasoning_to_content and isinstance(delta, dict):
+            for key in ("reasoning", "reasoning_content"):
+                text = delta.pop(key, None)
+                if isinstance(text, str) and text:
+                    delta["content"] = (delta.get("content") or "") + text
+        kept.append(choice)
+    if choices and not kept:
+        return None
+    obj["choices"] = kept
+    return obj

@@ -1,0 +1,278 @@
+"""One upstream attempt, watched: bytes in, bytes to forward and a verdict out (pure).
+
+``Attempt.feed(chunk, now)`` decodes SSE, turns each event into stream events, feeds
+the text of every choice to that choice's detector chain, and returns the bytes the
+client should receive for this chunk:
+
+- the first attempt forwards the upstream's original event bytes unchanged;
+- a reissue's chunks are rewritten to the client's ``Head`` (id, created, model) and its
+  choice indices mapped back (see ``sidecar.splice``);
+- a non-streaming client gets nothing here: chunks go to the ``Aggregator`` instead.
+
+When a detector fires and ``stop_on_verdict`` is set, the attempt stops at that event:
+later events of the same chunk are dropped and ``verdict`` is set. The caller then leaves
+the upstream response, which closes the connection and makes vLLM abort the request.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from detectors import Chain, DetectorConfig, Verdict, default_chain
+from sidecar.aggregate import Aggregator
+from sidecar.errors import UpstreamProtocolError
+from sidecar.splice import DONE_EVENT, Head, event, rewrite
+from sidecar.sse import SSEDecoder, SSEError, SSEEvent
+from sidecar.stream import (
+    Done,
+    Finish,
+    MalformedChunk,
+    Route,
+    StreamError,
+    StreamModel,
+    TextDelta,
+    ToolCallDelta,
+    Usage,
+)
+
+MAX_KEPT_REASONING = 32 * 1024  # characters of reasoning kept per choice for salvage
+
+
+@dataclass(slots=True)
+class ChoiceState:
+    """What the sidecar knows about one choice of one attempt."""
+
+    chain: Chain
+    finished: bool = False
+    thinking_tokens: int = 0
+    content_tokens: int = 0
+    reasoning: list[str] = field(default_factory=list)
+    reasoning_chars: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Totals:
+    """Token counts of earlier attempts, added to the usage the client finally sees."""
+
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    reasoning_tokens: int = 0
+    #: Earlier attempts cut before their usage arrived; each is billed the prompt size
+    #: of the attempt that finally reports usage (the same prompt, sent again).
+    unknown_prompts: int = 0
+
+
+class Attempt:
+    """State of one upstream request of a client request (the first, or a reissue)."""
+
+    def __init__(
+        self,
+        *,
+        route: Route,
+        number: int,
+        detectors: DetectorConfig,
+        started_at: float,
+        head: Head | None = None,
+        index_map: dict[int, int] | None = None,
+        reasoning_to_content: bool = False,
+        aggregator: Aggregator | None = None,
+        client_usage: bool = False,
+        earlier: Totals = Totals(),
+        stop_on_verdict: bool = True,
+    ) -> None:
+        self.route = route
+        self.number = number
+        self.head = head
+        self.index_map = index_map or {}
+        self.reasoning_to_content = reasoning_to_content
+        self.aggregator = aggregator
+        self.client_usage = client_usage
+        self.earlier = earlier
+        self.stop_on_verdict = stop_on_verdict
+        self._detectors = detectors
+        self._started_at = started_at
+        self._decoder = SSEDecoder()
+        self._model = StreamModel(route)
+        self.choices: dict[int, ChoiceState] = {}
+        self.verdict: Verdict | None = None
+        self.verdict_index: int | None = None
+        self.done = False
+        self.error: StreamError | None = None
+        self.usage: Usage | None = None
+        self.counted_tokens = 0
+        self.first_content_at: float | None = None
+
+    # -- feeding -------------------------------------------------------------------
+
+    def feed(self, chunk: bytes, now: float) -> bytes:
+        """Process upstream bytes; return what to send to a streaming client now.
+        Raises ``UpstreamProtocolError`` for bytes that are not an SSE stream of chunks."""
+        try:
+            events = self._decoder.feed(chunk)
+        except SSEError as exc:
+            raise UpstreamProtocolError(str(exc)) from None
+        return self._events(events, now)
+
+    def _events(self, events: list[SSEEvent], now: float) -> bytes:
+        out: list[bytes] = []
+        for ev in events:
+            if self.stopped:
+                break
+            if ev.data is None:  # a comment, e.g. ": keep-alive"
+                if self.head is None or self.number == 0:
+                    out.append(ev.raw)
+                self._tick(now)
+                continue
+            try:
+                parsed = self._model.feed(ev.data)
+            except MalformedChunk as exc:
+                raise UpstreamProtocolError(str(exc)) from None
+            forward = self._apply(parsed, now)
+            if forward:
+                out.append(self._bytes_for(ev.raw, parsed))
+        return b"".join(out)
+
+    def eof(self, now: float) -> bytes:
+        """The upstream closed the body: process what the decoder still held and return
+        the bytes for the client, including an unterminated trailing piece (forwarded
+        verbatim by the first attempt, to stay byte-exact)."""
+        events, rest = self._decoder.close()
+        out = self._events(events, now)
+        if self.number == 0 and self.aggregator is None and not self.stopped:
+            out += rest
+        return out
+
+    def tick(self, now: float) -> Verdict | None:
+        """No bytes arrived for a while: let clock-driven detectors (stall, wall budget) look."""
+        self._tick(now)
+        return self.verdict
+
+    @property
+    def stopped(self) -> bool:
+        """True once a verdict should stop this attempt."""
+        return self.verdict is not None and self.stop_on_verdict
+
+    @property
+    def open_choices(self) -> list[int]:
+        """Client-side indices of choices that have not finished, in order."""
+        return sorted(self._client_index(i) for i, c in self.choices.items() if not c.finished)
+
+    def inline_open(self, client_index: int) -> bool:
+        """Whether the choice's content is inside an inline ``<think>`` left open."""
+        for index in self.choices:
+            if self._client_index(index) == client_index:
+                return self._model.inline_open(index)
+        return False
+
+    def reasoning_of(self, index: int) -> str:
+        """The (bounded) reasoning text seen for upstream choice ``index``."""
+        state = self.choices.get(index)
+        return "".join(state.reasoning) if state else ""
+
+    # -- internals -----------------------------------------------------------------
+
+    def _client_index(self, index: int) -> int:
+        return self.index_map.get(index, index)
+
+    def _state(self, index: int) -> ChoiceState:
+        state = self.choices.get(index)
+        if state is None:
+            chain = default_chain(self._detectors, started_at=self._started_at)
+            state = self.choices[index] = ChoiceState(chain)
+        return state
+
+    def _tick(self, now: float) -> None:
+        if self.verdict is not None:
+            return
+        for index, state in self.choices.items():
+            if not state.finished:
+                verdict = state.chain.tick(now)
+                if verdict is not None:
+                    self.verdict, self.verdict_index = verdict, index
+                    return
+
+    def _apply(self, parsed: list[Any], now: float) -> bool:
+        """Update state from one chunk's events; return False to drop the chunk."""
+        forward = True
+        for item in parsed:
+            if isinstance(item, TextDelta):
+                state = self._state(item.index)
+                self.counted_tokens += item.tokens
+                if item.channel == "thinking":
+                    state.thinking_tokens += item.tokens
+                    if state.reasoning_chars < MAX_KEPT_REASONING:
+                        state.reasoning.append(item.text)
+                        state.reasoning_chars += len(item.text)
+                else:
+                    state.content_tokens += item.tokens
+                    if self.first_content_at is None:
+                        self.first_content_at = now
+                if self.verdict is None:
+                    verdict = state.chain.feed(item.channel, item.text, item.tokens, now)
+                    if verdict is not None:
+                        self.verdict, self.verdict_index = verdict, item.index
+            elif isinstance(item, Finish):
+                self._state(item.index).finished = True
+            elif isinstance(item, Usage):
+                self.usage = item
+                if item.final and not self.client_usage:
+                    forward = False
+            elif isinstance(item, Done):
+                self.done = True
+            elif isinstance(item, StreamError):
+                self.error = item
+                self.done = True
+            elif isinstance(item, ToolCallDelta):
+                self._state(item.index)
+        chunk = self._model.chunk
+        if self.head is None and chunk is not None and "id" in chunk:
+            self.head = Head(chunk.get("id"), chunk.get("created"), chunk.get("model"),
+                             self.route)
+        if self.aggregator is not None and chunk is not None and self.error is None:
+            self.aggregator.add(chunk, index_map=self.index_map)
+        return forward
+
+    def _bytes_for(self, raw: bytes, parsed: list[Any]) -> bytes:
+        if self.aggregator is not None:
+            return b""
+        if self.number == 0:
+            return raw
+        chunk = self._model.chunk
+        if chunk is None:
+            return DONE_EVENT if any(isinstance(p, Done) for p in parsed) else raw
+        if self.head is None or "error" in chunk:
+            return raw
+        if chunk.get("usage") is not None and not chunk.get("choices"):
+            chunk["usage"] = self.summed_usage(chunk["usage"])
+        rewritten = rewrite(self.head, chunk, self.index_map,
+                            reasoning_to_content=self.reasoning_to_content)
+        return event(rewritten) if rewritten is not None else b""
+
+    def summed_usage(self, usage: dict[str, Any]) -> dict[str, Any]:
+        """``usage`` with the tokens of earlier attempts added (billing stays honest)."""
+        out = dict(usage)
+        prompt = int(out.get("prompt_tokens") or 0)
+        completion = int(out.get("completion_tokens") or 0)
+        earlier = self.earlier
+        out["prompt_tokens"] = prompt + earlier.prompt_tokens + earlier.unknown_prompts * prompt
+        out["completion_tokens"] = completion + earlier.completion_tokens
+        out["total_tokens"] = out["prompt_tokens"] + out["completion_tokens"]
+        details = out.get("completion_tokens_details")
+        if isinstance(details, dict) and isinstance(details.get("reasoning_tokens"), int):
+            details = dict(details)
+            details["reasoning_tokens"] += self.earlier.reasoning_tokens
+            out["completion_tokens_details"] = details
+        return out
+
+    def totals(self) -> Totals:
+        """This attempt's tokens plus the earlier ones', for the next attempt."""
+        usage = self.usage
+        completion = max(usage.completion_tokens if usage else 0, self.counted_tokens)
+        reasoning = sum(c.thinking_tokens for c in self.choices.values())
+        return Totals(
+            self.earlier.prompt_tokens + (usage.prompt_tokens if usage else 0),
+            self.earlier.completion_tokens + completion,
+            self.earlier.reasoning_tokens + reasoning,
+            self.earlier.unknown_prompts + (0 if usage else 1),
+        )

@@ -1,0 +1,98 @@
+"""Config loading: TOML, environment, flags, precedence and one-line errors naming the key."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from sidecar.config import Config, load_config, option_keys
+from sidecar.errors import ConfigError
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "c.toml"
+    path.write_text(text)
+    return path
+
+
+def test_defaults() -> None:
+    """With nothing set the documented defaults apply."""
+    cfg = load_config(None, env={})
+    assert cfg == Config()
+    assert cfg.mode == "enforce"
+    assert cfg.metrics_listen == "127.0.0.1:9464"
+
+
+def test_file_env_flag_precedence(tmp_path: Path) -> None:
+    """Flag beats environment beats file beats default, for top-level and table keys."""
+    path = write(tmp_path, 'mode = "shadow"\nlisten = "127.0.0.1:7000"\n'
+                           "[detectors]\nstall_seconds = 5.0\n")
+    env = {"RUNAWAY_SIDECAR_LISTEN": "127.0.0.1:7001",
+           "RUNAWAY_SIDECAR_DETECTORS_STALL_SECONDS": "7"}
+    cfg = load_config(path, env=env, overrides={"listen": "127.0.0.1:7002"})
+    assert cfg.mode == "shadow"
+    assert cfg.listen == "127.0.0.1:7002"
+    assert cfg.detectors.stall_seconds == 7.0
+
+
+def test_tables_of_rules(tmp_path: Path) -> None:
+    """``[[models]]`` and ``[[reissue.rules]]`` load as typed entries."""
+    path = write(tmp_path, '[[models]]\nmatch = "qwen"\nmode = "shadow"\n'
+                           '[reissue]\nladder = ["no-think", "salvage"]\n'
+                           '[[reissue.rules]]\nmatch = "x"\nset = {think = false}\n')
+    cfg = load_config(path, env={})
+    assert cfg.models[0].mode == "shadow"
+    assert cfg.reissue.ladder == ("no-think", "salvage")
+    assert cfg.reissue.rules[0].set == {"think": False}
+
+
+@pytest.mark.parametrize(
+    ("text", "key"),
+    [
+        ('mode = "loud"', "mode"),
+        ("workers = \"two\"", "workers"),
+        ("bogus = 1", "bogus"),
+        ("[detectors]\nstall_seconds = \"soon\"", "detectors.stall_seconds"),
+        ("[detectors]\nnope = 1", "detectors.nope"),
+        ('listen = "nowhere"', "listen"),
+        ('upstream = "ftp://x"', "upstream"),
+        ('[reissue]\nladder = ["jump"]', "reissue.ladder"),
+        ('[[models]]\nmatch = "("', "models[0].match"),
+        ("[[models]]\nmode = \"off\"", "models[0].match"),
+    ],
+)
+def test_errors_name_the_key(tmp_path: Path, text: str, key: str) -> None:
+    """Every bad value is a ConfigError whose message names the offending key."""
+    with pytest.raises(ConfigError, match=re.escape(f"'{key}")):
+        load_config(write(tmp_path, text), env={})
+
+
+def test_bad_toml_and_missing_file(tmp_path: Path) -> None:
+    """Unreadable or invalid files are ConfigErrors too."""
+    with pytest.raises(ConfigError, match="not valid TOML"):
+        load_config(write(tmp_path, "mode = "), env={})
+    with pytest.raises(ConfigError, match="cannot read"):
+        load_config(tmp_path / "absent.toml", env={})
+
+
+def test_every_option_has_a_flag() -> None:
+    """Each scalar option is exposed as a flag in ``serve --help``."""
+    out = subprocess.run([sys.executable, "-m", "sidecar", "serve", "--help"],
+                         capture_output=True, text=True, check=True).stdout
+    for key, _ in option_keys():
+        assert "--" + key.replace("_", "-") in out
+
+
+def test_cli_bad_config_exits_2_with_one_line(tmp_path: Path) -> None:
+    """``serve`` with a bad config prints one line naming the key and exits 2."""
+    path = write(tmp_path, 'mode = "loud"\n')
+    proc = subprocess.run([sys.executable, "-m", "sidecar", "serve", "--config", str(path)],
+                          capture_output=True, text=True, timeout=30, check=False)
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1
+    assert "'mode'" in lines[0]

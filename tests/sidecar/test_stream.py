@@ -1,0 +1,158 @@
+"""The stream model: typed events per choice from real vLLM chunks and inline-tag streams."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import orjson
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from sidecar.sse import SSEDecoder
+from sidecar.stream import (
+    Done,
+    Finish,
+    MalformedChunk,
+    StreamError,
+    StreamModel,
+    TextDelta,
+    ThinkTagSplitter,
+    ToolCallDelta,
+    Usage,
+)
+
+CAPTURES = Path(__file__).parent.parent / "data" / "captures" / "vllm-0.32.0"
+
+
+def events_of(name: str, route: str = "chat") -> list[object]:
+    dec = SSEDecoder()
+    model = StreamModel(route)  # type: ignore[arg-type]
+    out: list[object] = []
+    for ev in dec.feed((CAPTURES / name).read_bytes()):
+        assert ev.data is not None
+        out += model.feed(ev.data)
+    return out
+
+
+def text(events: list[object], channel: str, index: int = 0) -> str:
+    return "".join(e.text for e in events
+                   if isinstance(e, TextDelta) and e.channel == channel and e.index == index)
+
+
+def test_thinking_loop_capture() -> None:
+    """Reasoning deltas become thinking text; finish and final usage are typed events."""
+    events = events_of("chat_thinking_loop_usage.sse")
+    assert text(events, "thinking").startswith(" Hmm, maybe my earlier reasoning")
+    assert text(events, "content") == ""
+    assert Finish(0, "length") in events
+    usage = [e for e in events if isinstance(e, Usage)]
+    assert usage == [Usage(9, 48, 47, final=True)]
+    assert isinstance(events[-1], Done)
+
+
+def test_tokens_counted_per_chunk_without_usage() -> None:
+    """Without continuous usage each chunk that carries text counts as one token."""
+    events = events_of("chat_thinking_loop_usage.sse")
+    deltas = [e for e in events if isinstance(e, TextDelta)]
+    assert sum(d.tokens for d in deltas) == 47  # reasoning_tokens reported by vLLM
+
+
+def test_tokens_from_continuous_usage() -> None:
+    """With continuous_usage_stats the token count follows vLLM's cumulative usage."""
+    events = events_of("chat_thinking_loop_continuous_usage.sse")
+    deltas = [e for e in events if isinstance(e, TextDelta)]
+    assert sum(d.tokens for d in deltas) == 48  # completion_tokens, the <think> token included
+
+
+def test_thinking_budget_switches_to_content() -> None:
+    """After vLLM's thinking budget the same loop continues as content."""
+    events = events_of("chat_thinking_token_budget_20.sse")
+    assert text(events, "thinking").count("Hmm") == 1
+    assert text(events, "content").startswith(" Hmm, maybe")
+
+
+def test_n2_tracks_choices_separately() -> None:
+    """With n=2 each choice index gets its own text and finish."""
+    events = events_of("chat_n2.sse")
+    assert text(events, "thinking", 0) == text(events, "thinking", 1)
+    assert {e.index for e in events if isinstance(e, Finish)} == {0, 1}
+
+
+def test_completions_text_is_content() -> None:
+    """On /v1/completions the generated text is watched (special tags are not in it)."""
+    events = events_of("completions_raw_think_tags.sse", route="completions")
+    assert text(events, "content").startswith(" Hmm, maybe my")
+
+
+def test_error_event() -> None:
+    """An in-stream error object becomes a StreamError."""
+    model = StreamModel("chat")
+    body = b'{"error":{"message":"Internal server error","type":"InternalServerError",'
+    body += b'"param":null,"code":500}}'
+    assert model.feed(body) == [StreamError("Internal server error", 500)]
+
+
+def test_reasoning_content_and_tool_calls() -> None:
+    """``reasoning_content`` (older vLLM, SGLang, llama.cpp) and tool calls are understood."""
+    model = StreamModel("chat")
+    chunk = {"choices": [{"index": 0, "delta": {"reasoning_content": "hm",
+                                                "tool_calls": [{"index": 0, "id": "c1"}]}}]}
+    events = model.feed(orjson.dumps(chunk))
+    assert events == [TextDelta(0, "thinking", "hm", 1),
+                      ToolCallDelta(0, [{"index": 0, "id": "c1"}])]
+
+
+@pytest.mark.parametrize("payload", [b"{", b"[]", b'{"choices": 3}', b'{"choices":[1]}',
+                                     b'{"choices":[{"index":"x"}]}'])
+def test_malformed_chunks(payload: bytes) -> None:
+    """Payloads that are not chunks raise MalformedChunk, never something else."""
+    with pytest.raises(MalformedChunk):
+        StreamModel("chat").feed(payload)
+
+
+def test_inline_tags_split_across_chunks() -> None:
+    """Inline ``<think>`` tags split anywhere route text to the right channel."""
+    model = StreamModel("chat")
+    pieces = ["<th", "ink>plan", " more</", "think>", "answer"]
+    events: list[object] = []
+    for piece in pieces:
+        chunk = {"choices": [{"index": 0, "delta": {"content": piece}}]}
+        events += model.feed(orjson.dumps(chunk))
+    assert text(events, "thinking") == "plan more"
+    assert text(events, "content") == "answer"
+
+
+def test_lone_close_tag_ends_prefilled_thinking() -> None:
+    """Templates that pre-fill ``<think>`` produce only ``</think>``; the splitter follows."""
+    splitter = ThinkTagSplitter(in_think=True)
+    assert splitter.split("reason</think>answer") == [("thinking", "reason"),
+                                                      ("content", "answer")]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.sampled_from(["<think>", "</think>", "<", "a", "b<c", "think>", "</"]),
+                max_size=20),
+       st.lists(st.integers(0, 200), max_size=10))
+def test_splitter_independent_of_chunking(parts: list[str], cuts: list[int]) -> None:
+    """However the text is split into deltas, the channels and texts are the same."""
+    full = "".join(parts)
+
+    def run(chunks: list[str]) -> list[tuple[str, str]]:
+        sp = ThinkTagSplitter()
+        pieces = [p for c in chunks for p in sp.split(c)] + sp.flush()
+        merged: list[tuple[str, str]] = []
+        for channel, t in pieces:
+            if merged and merged[-1][0] == channel:
+                merged[-1] = (channel, merged[-1][1] + t)
+            else:
+                merged.append((channel, t))
+        return merged
+
+    points = sorted({c % (len(full) + 1) for c in cuts})
+    chunks, prev = [], 0
+    for p in points:
+        chunks.append(full[prev:p])
+        prev = p
+    chunks.append(full[prev:])
+    assert run(chunks) == run([full])
