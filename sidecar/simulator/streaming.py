@@ -121,6 +121,14 @@ class _Accounting:
             m.running.labels(self.model, ENGINE).dec()
             self.active -= 1
 
+    def fail(self) -> None:
+        """The engine errored: every unfinished choice ends with ``error``."""
+        m = self.node.metrics
+        if self.active:
+            m.request_success.labels(self.model, ENGINE, "error").inc(self.active)
+            m.running.labels(self.model, ENGINE).dec(self.active)
+            self.active = 0
+
     def end(self, *, disconnected: bool) -> None:
         if self.active:
             self.node.metrics.running.labels(self.model, ENGINE).dec(self.active)
@@ -147,7 +155,8 @@ async def _generate(request: web.Request, *, chat: bool) -> web.StreamResponse:
         await request.read()
         if request.transport is not None:
             request.transport.abort()
-        raise ClientGoneError  # nothing can be sent; see _on_gone below
+        # Nothing reaches the client; aiohttp drops a response for an aborted transport.
+        return web.Response(status=499)
     try:
         body = await read_json(request)
         parse = parse_chat if chat else parse_completion
@@ -226,10 +235,21 @@ class _Run:
             self.accounting.end(disconnected=disconnected)
 
     async def _write(self, data: bytes) -> None:
-        assert self.resp is not None  # noqa: S101 - only called once the stream is open
+        if self.resp is None:
+            raise RuntimeError("write before the stream was opened")
         if _client_gone(self.request):
             raise ClientGoneError
         await self.resp.write(data)
+
+    async def _flush(self) -> None:
+        """Wait (bounded) until the transport has handed every written byte to the OS."""
+        transport = self.request.transport
+        for _ in range(200):
+            if transport is None or transport.is_closing():
+                return
+            if transport.get_write_buffer_size() == 0:
+                return
+            await asyncio.sleep(0.005)
 
     async def _after_token(self) -> bool:
         """Apply mid-stream faults and stalls once a token chunk went out; True stops."""
@@ -240,12 +260,14 @@ class _Run:
         if fault is None or self.sent < fault.after:
             return False
         if fault.kind is FaultKind.RESET_MID_STREAM:
+            await self._flush()  # the N chunks must reach the client before the cut
             if self.request.transport is not None:
                 self.request.transport.abort()
             raise ClientGoneError
         if fault.kind is FaultKind.STALL_MID_STREAM:
             await _wait(self.request, None)
         if fault.kind is FaultKind.ERROR_MID_STREAM and self.job.stream:
+            self.accounting.fail()
             wire = self.node.wire
             await self._write(
                 wire.stream_error("Internal server error", "InternalServerError", 500)
@@ -363,6 +385,7 @@ class _Run:
                         and self.fault is not None
                         and self.sent + 1 >= self.fault.after
                     ):
+                        self.accounting.fail()
                         return error_response(
                             node, ApiError(500, "Internal server error", "InternalServerError")
                         )
