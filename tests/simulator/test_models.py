@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import collections
 import json
 from pathlib import Path
@@ -72,7 +73,7 @@ async def test_loop_is_the_captured_exact_loop(sim: SimFactory) -> None:
     """sim-loop repeats the captured 22-token cycle in reasoning until max_tokens."""
     client = await sim()
     chunks = await _stream(client, model="sim-loop", max_tokens=67)
-    reasoning, content, finish = _split(chunks)
+    _, content, finish = _split(chunks)
     deltas = [c["choices"][0]["delta"]["reasoning"] for c in chunks[1:]]
     assert deltas == list(LOOP_TOKENS) * 3
     assert content == ""
@@ -130,14 +131,14 @@ async def test_leaky_loops_in_content_with_thinking_off(sim: SimFactory) -> None
 
 async def test_stall_stops_sending(sim: SimFactory) -> None:
     """sim-stall sends some reasoning tokens and then nothing, with the stream open."""
-    import asyncio
-
     client = await sim()
     resp = await client.post(CHAT, json=hello(model="sim-stall", stream=True))
     got = b""
-    with pytest.raises(TimeoutError):
-        while True:
+    while True:
+        try:
             got += await asyncio.wait_for(resp.content.readany(), 0.3)
+        except TimeoutError:
+            break
     assert got.count(b'"reasoning"') == 24
     assert b'finish_reason":"' not in got
     resp.close()
@@ -201,10 +202,9 @@ async def test_budget_then_healthy_answers_in_content(sim: SimFactory) -> None:
         thinking_token_budget=30,
         stream_options={"include_usage": True},
     )
-    reasoning, content, finish = _split(chunks)
-    assert (
-        len([c for c in chunks if "reasoning" in (c["choices"] or [{}])[0].get("delta", {})]) == 30
-    )
+    _, content, finish = _split(chunks)
+    with_reasoning = [c for c in chunks if c["choices"] and "reasoning" in c["choices"][0]["delta"]]
+    assert len(with_reasoning) == 30
     assert content.strip()
     assert finish == "stop"
     assert chunks[-1]["usage"]["completion_tokens_details"]["reasoning_tokens"] == 30
