@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Checks the deployment files: Prometheus rules (promtool check + unit tests) and the
-# systemd unit (systemd-analyze verify, and a security exposure score of 2.0 or lower).
+# Checks the deployment files: Prometheus rules (promtool check + unit tests), the PromQL
+# of the Grafana dashboard (parsed by promtool), and the systemd unit (systemd-analyze
+# verify, and a security exposure score of 2.0 or lower).
 #
 # Installs promtool (Debian package "prometheus") and systemd-analyze (package
 # "systemd") when they are missing and apt-get is usable; fast when both are present.
@@ -14,6 +15,7 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 RULES="$ROOT/deploy/prometheus/runaway-sidecar.rules.yml"
 RULE_TESTS="$ROOT/deploy/prometheus/runaway-sidecar.rules.test.yml"
 UNIT="$ROOT/deploy/systemd/runaway-sidecar@.service"
+DASHBOARD="$ROOT/deploy/grafana/runaway-sidecar.json"
 MAX_EXPOSURE="2.0"
 UNIT_BIN="/usr/local/bin/runaway-sidecar"
 
@@ -22,6 +24,9 @@ skipped=()
 apt_updated=0
 
 say() { printf 'check-deploy: %s\n' "$*"; }
+
+tmp="$(mktemp -d)"
+trap 'rm -rf "$tmp"' EXIT
 
 # apt_install PACKAGE: install quietly; run apt-get update once if the package is unknown.
 apt_install() {
@@ -48,6 +53,27 @@ if need promtool prometheus; then
     say "promtool: $(promtool --version 2>&1 | head -n1)"
     (cd "$(dirname "$RULES")" && promtool check rules "$(basename "$RULES")") || failed=1
     (cd "$(dirname "$RULE_TESTS")" && promtool test rules "$(basename "$RULE_TESTS")") || failed=1
+    # The dashboard's queries, with Grafana's variables given values, become recording
+    # rules so promtool parses their PromQL (JSON is valid YAML).
+    python3 - "$DASHBOARD" >"$tmp/dashboard.rules.json" <<'PY'
+import json, sys
+dash = json.load(open(sys.argv[1], encoding="utf-8"))
+exprs = [t["expr"] for p in dash["panels"] for t in p.get("targets", [])]
+subst = {"$__rate_interval": "5m", "$__range": "1h"}
+rules = []
+for i, expr in enumerate(exprs):
+    for var, value in subst.items():
+        expr = expr.replace(var, value)
+    rules.append({"record": f"dashboard:query_{i}", "expr": expr})
+print(json.dumps({"groups": [{"name": "grafana-dashboard", "rules": rules}]}))
+PY
+    if out="$(promtool check rules "$tmp/dashboard.rules.json" 2>&1)"; then
+        say "dashboard PromQL: $(printf '%s' "$out" | grep -o '[0-9]* rules found' | sed 's/rules/queries/')"
+    else
+        printf '%s\n' "$out"
+        say "FAIL: dashboard PromQL"
+        failed=1
+    fi
 else
     skipped+=("promtool: not installed and apt-get install prometheus failed (not root, or no package index)")
 fi
@@ -69,8 +95,6 @@ if need systemd-analyze systemd; then
         say "FAIL: no runaway-sidecar executable for ExecStart (install the package: pip install -e .)"
         failed=1
     else
-        tmp="$(mktemp -d)"
-        trap 'rm -rf "$tmp"' EXIT
         # An instance name, as operators start it: runaway-sidecar@gpu0.service.
         sed "s|$UNIT_BIN|$bin|g" "$UNIT" >"$tmp/runaway-sidecar@gpu0.service"
         # verify exits 0 on unknown keys and bad values (it only warns), so any output
