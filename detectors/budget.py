@@ -16,7 +16,7 @@ def _level(name: str, value: object) -> int | None:
     if value is None:
         return None
     if isinstance(value, bool):
-        raise ValueError(f"{name} must be an integer, not a boolean")
+        raise ValueError(f"{name} must be an integer, not a boolean")  # noqa: TRY004 (one error type for the 400 mapping)
     if isinstance(value, str):
         text = value.strip()
         if not (text.isascii() and text.lstrip("-").isdigit()):
@@ -25,7 +25,7 @@ def _level(name: str, value: object) -> int | None:
     if isinstance(value, float) and value.is_integer():
         value = int(value)
     if not isinstance(value, int):
-        raise ValueError(f"{name} must be an integer, got {type(value).__name__}")
+        raise ValueError(f"{name} must be an integer, got {type(value).__name__}")  # noqa: TRY004
     if value == NO_LIMIT:
         return None
     if value < 0:

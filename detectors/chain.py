@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from detectors.analyzer import BlockAnalyzer
-from detectors.base import CONTENT, THINKING, Channel, Verdict
+from detectors.base import THINKING, Channel, Verdict
 from detectors.blocks import Blocker
 from detectors.budget import Stall, ThinkingSecondsBudget, ThinkingTokenBudget
 from detectors.config import DetectorConfig
@@ -111,7 +111,9 @@ class Chain:
             if config.thinking_seconds_budget is None
             else ThinkingSecondsBudget(config.thinking_seconds_budget, started_at)
         )
-        self._stall = None if config.stall_seconds is None else Stall(config.stall_seconds, started_at)
+        self._stall = (
+            None if config.stall_seconds is None else Stall(config.stall_seconds, started_at)
+        )
         self._last_channel: Channel = THINKING
         #: Thinking tokens fed so far.
         self.thinking_tokens = 0

@@ -13,8 +13,8 @@ recurrence does not matter, only that the text brings nothing new. A number that
 line is folded to ``#`` so a counter that keeps going does not look like new content;
 other numbers are kept, so "Year 5: ... Year 6: ..." arithmetic still reads as progress.
 
-Memory: a ``4 * history`` byte count table plus a ``history`` ring of 4-byte slots
-(48 KiB at the default 8192) and a window of a few integers.
+Memory: a ``4 * history`` byte count table plus a ``history`` ring of 2-byte slots
+(32 + 16 = 48 KiB at the default 8192) and a window of a few integers.
 """
 
 from __future__ import annotations
@@ -47,9 +47,9 @@ class RecurrenceAnalyzer:
         "_pow",
         "_prev",
         "_ring",
+        "_rolling",
         "_rpos",
         "_same",
-        "_rolling",
         "_seen_tokens",
         "_sum_n",
         "_sum_rec",
@@ -68,7 +68,7 @@ class RecurrenceAnalyzer:
         table = history * 4
         self._bits = table.bit_length() - 1
         self._counts = bytearray(table)
-        self._ring = array("I", bytes(4 * history))
+        self._ring = array("H", bytes(2 * history))
         self._rpos = 0
         self._n = 0
         self._min_seen = min_seen
@@ -103,7 +103,8 @@ class RecurrenceAnalyzer:
         rec = n = 0
         at_line_start = self._prev == "\n"
         same = self._same
-        for tok in block.toks:
+        for raw in block.toks:
+            tok = raw
             if tok == "\n":
                 at_line_start = True
                 continue
@@ -128,8 +129,7 @@ class RecurrenceAnalyzer:
             n += 1
             if c >= min_seen:
                 rec += 1
-                if c > top:
-                    top = c
+                top = max(top, c)
             if c < 255:
                 counts[slot] = c + 1
             if self._n >= hist:

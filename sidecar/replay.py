@@ -32,11 +32,11 @@ def _load(path: Path) -> list[dict[str, Any]]:
             except json.JSONDecodeError as exc:
                 raise ValueError(f"{path}:{lineno}: not valid JSON ({exc.msg})") from exc
             if not isinstance(record, dict):
-                raise ValueError(f"{path}:{lineno}: expected a JSON object")
+                raise ValueError(f"{path}:{lineno}: expected a JSON object")  # noqa: TRY004
             if not isinstance(record.get("text"), str) and not (
                 isinstance(record.get("reasoning"), str) or isinstance(record.get("content"), str)
             ):
-                raise ValueError(f"{path}:{lineno}: needs 'text' or 'reasoning'/'content'")
+                raise ValueError(f"{path}:{lineno}: needs 'text' or 'reasoning'/'content'")  # noqa: TRY004
             record.setdefault("_line", lineno)
             records.append(record)
     return records

@@ -68,7 +68,7 @@ def test_punctuation_run_fires() -> None:
 
 def test_word_salad_fires() -> None:
     """Hundreds of words without punctuation are word salad."""
-    vocab = "renewal rebirth cycles continuity patterns rhythms dynamics equilibrium chaos".split()
+    vocab = ["renewal", "rebirth", "cycles", "continuity", "patterns", "rhythms", "dynamics", "equilibrium", "chaos"]
     salad = " ".join(f"{vocab[i % len(vocab)]}{i}" for i in range(800))
     verdict = feed_text("Okay, let me think. " + salad)
     assert verdict is not None
@@ -77,8 +77,11 @@ def test_word_salad_fires() -> None:
 
 def test_chinese_salad_fires() -> None:
     """A long run of CJK characters with no 、 or 。 is word salad too."""
-    words = "教学动画喜剧爱情剧情科幻恐怖动作冒险西部战争历史传纪纪录大片贺岁档期上映首映票房观影观众影迷粉丝"
-    text = "好的，我来想一想。" + "".join(words[(i * 7) % len(words)] for i in range(1500))
+    words = (
+        "教学动画喜剧爱情剧情科幻恐怖动作冒险西部战争"
+        "历史传纪纪录大片贺岁档期上映首映票房观影观众影迷粉丝"
+    )
+    text = "好的\uff0c我来想一想。" + "".join(words[(i * 7) % len(words)] for i in range(1500))
     verdict = feed_text(text)
     assert verdict is not None
     assert verdict.detector == "degeneration"

@@ -1,0 +1,113 @@
+"""Detector microbenchmark: ns per token of the default chain and peak memory per stream.
+
+Run from the repository root: ``.venv/bin/python -m benchmarks.detectors [--reps 5]``
+(as a module: run as a script, this file would shadow the ``detectors`` package)
+
+Inputs are built from tests/data/traces by concatenation, then cut at 100,000 pseudo-tokens:
+
+- *loop*: the reasoning of every ``confidence: high`` loop trace, in file order.
+- *healthy*: the reasoning of healthy traces, in file order.
+
+Each is split with :func:`detectors.tokenize.split_deltas` (one token per delta) before
+timing, and fed with ``tokens=1`` exactly like the proxy. The default chain latches after
+its first verdict (later deltas return at once), so the loop input is also timed with every
+text detector kept running to the end (thresholds out of reach) as the worst case.
+Peak memory is measured with tracemalloc around building the chain and feeding the stream
+(the pre-split input is allocated before tracing starts).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+import tracemalloc
+from pathlib import Path
+
+from detectors import DetectorConfig, default_chain
+from detectors.replay import split_stream
+from detectors.tokenize import split_deltas
+
+TRACES = Path(__file__).resolve().parent.parent / "tests" / "data" / "traces"
+TOKENS = 100_000
+
+NEVER_FIRE = DetectorConfig(
+    recurrence_threshold=2.0,
+    periodic_min_repeats=10**9,
+    salad_run_tokens=10**9,
+    symbol_run_tokens=10**9,
+    script_mix=99,
+    stall_seconds=None,
+)
+
+
+def build(name: str, keep: object) -> list[str]:
+    """Concatenate the reasoning of matching traces until TOKENS deltas."""
+    deltas: list[str] = []
+    with (TRACES / f"{name}.jsonl").open(encoding="utf-8") as fh:
+        for line in fh:
+            record = json.loads(line)
+            if keep is not None and record.get("confidence") != keep:
+                continue
+            start, end, _ = split_stream(record["text"])
+            deltas.extend(split_deltas(record["text"][start:end] + "\n\n"))
+            if len(deltas) >= TOKENS:
+                return deltas[:TOKENS]
+    while len(deltas) < TOKENS:  # not enough text: wrap around
+        deltas.extend(deltas[: TOKENS - len(deltas)])
+    return deltas
+
+
+def run(deltas: list[str], config: DetectorConfig) -> tuple[float, str]:
+    """Feed all deltas once; return seconds and the verdict's detector (or '-')."""
+    chain = default_chain(config)
+    feed = chain.feed
+    fired = "-"
+    t0 = time.perf_counter()
+    for i, d in enumerate(deltas):
+        if feed("thinking", d, 1, i * 0.02) is not None:
+            fired = chain.verdict.detector if chain.verdict else "?"
+    return time.perf_counter() - t0, fired
+
+
+def peak_memory(deltas: list[str], config: DetectorConfig) -> int:
+    """Peak bytes allocated while building one chain and feeding the stream."""
+    tracemalloc.start()
+    tracemalloc.reset_peak()
+    base = tracemalloc.get_traced_memory()[0]
+    chain = default_chain(config)
+    for i, d in enumerate(deltas):
+        chain.feed("thinking", d, 1, i * 0.02)
+    peak = tracemalloc.get_traced_memory()[1] - base
+    tracemalloc.stop()
+    return peak
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--reps", type=int, default=5)
+    args = parser.parse_args()
+    cases = [
+        ("loop (default chain)", build("loops", "high"), DetectorConfig()),
+        ("loop (all detectors kept running)", build("loops", "high"), NEVER_FIRE),
+        ("healthy (default chain)", build("healthy", None), DetectorConfig()),
+    ]
+    for name, deltas, config in cases:
+        times = []
+        fired = "-"
+        for _ in range(args.reps):
+            seconds, fired = run(deltas, config)
+            times.append(seconds)
+        ns = statistics.median(times) / len(deltas) * 1e9
+        chars = sum(map(len, deltas))
+        peak = peak_memory(deltas, config)
+        print(
+            f"{name:<36} {len(deltas)} tokens {chars} chars  median {ns:7.0f} ns/token "
+            f"(min {min(times) / len(deltas) * 1e9:.0f}, {args.reps} reps)  "
+            f"peak {peak / 1024:.1f} KiB/stream  verdict: {fired}"
+        )
+
+
+if __name__ == "__main__":
+    main()
