@@ -68,7 +68,10 @@ def test_punctuation_run_fires() -> None:
 
 def test_word_salad_fires() -> None:
     """Hundreds of words without punctuation are word salad."""
-    vocab = ["renewal", "rebirth", "cycles", "continuity", "patterns", "rhythms", "dynamics", "equilibrium", "chaos"]
+    vocab = [
+        "renewal", "rebirth", "cycles", "continuity", "patterns",
+        "rhythms", "dynamics", "equilibrium", "chaos",
+    ]  # fmt: skip
     salad = " ".join(f"{vocab[i % len(vocab)]}{i}" for i in range(800))
     verdict = feed_text("Okay, let me think. " + salad)
     assert verdict is not None
