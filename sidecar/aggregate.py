@@ -1,5 +1,8 @@
 """Rebuild the non-streaming JSON body vLLM would have returned, from its stream (pure).
 
+Field order and defaults follow vLLM 0.32's pydantic models (``ChatCompletionResponse``,
+``CompletionResponse``, ``UsageInfo``), checked against the captured bodies.
+
 The sidecar sends non-streaming watched requests upstream as streams (with
 ``include_usage``) so it can watch them; the client still gets a ``chat.completion`` or
 ``text_completion`` object with vLLM 0.32's field order and nulls (see
@@ -124,6 +127,7 @@ class Aggregator:
             "total_tokens": usage.pop("total_tokens", 0),
             "completion_tokens": usage.pop("completion_tokens", 0),
             "prompt_tokens_details": usage.pop("prompt_tokens_details", None),
+            "completion_tokens_details": usage.pop("completion_tokens_details", None),
         }
         ordered_usage.update(usage)
         if self.route == "chat":
@@ -142,7 +146,8 @@ class Aggregator:
                 "created": self.head.get("created"), "model": self.head.get("model"),
                 "choices": choices, "service_tier": None,
                 "system_fingerprint": self.system_fingerprint, "usage": ordered_usage,
-                "kv_transfer_params": self.kv_transfer_params,
+                "kv_transfer_params": self.kv_transfer_params, "ec_transfer_params": None,
+                "metrics": None,
             }
         return orjson.dumps(out)
 

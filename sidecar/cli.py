@@ -153,11 +153,25 @@ def _serve(args: argparse.Namespace) -> int:
     if cfg.workers > 1:
         from sidecar.workers import run_workers
 
-        return run_workers(cfg, sys.argv[1:] if not sys.argv[0].endswith("pytest") else [])
+        return run_workers(cfg, list(argv_of_serve(args)))
     _install_uvloop()
     from sidecar.server import run_server
+    from sidecar.workers import WORKER_ENV
 
-    return asyncio.run(run_server(cfg, lambda: load_config(args.config, overrides=overrides)))
+    code: int = asyncio.run(run_server(
+        cfg, lambda: load_config(args.config, overrides=overrides),
+        reuse_port=os.environ.get(WORKER_ENV) == "1"))
+    return code
+
+
+def argv_of_serve(args: argparse.Namespace) -> list[str]:
+    """The ``serve`` command line that reproduces ``args`` (for worker processes)."""
+    out = ["serve"]
+    if args.config is not None:
+        out += ["--config", str(args.config)]
+    for key, value in _overrides(args).items():
+        out += [_flag_name(key), value]
+    return out
 
 
 def _simulate(args: argparse.Namespace) -> int:

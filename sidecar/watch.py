@@ -231,6 +231,9 @@ class Attempt:
                              self.route)
         if self.aggregator is not None and chunk is not None and self.error is None:
             self.aggregator.add(chunk, index_map=self.index_map)
+            usage = chunk.get("usage")
+            if isinstance(usage, dict) and not chunk.get("choices"):
+                self.aggregator.set_usage(self.summed_usage(usage) if self.number else usage)
         return forward
 
     def _bytes_for(self, raw: bytes, parsed: list[Any]) -> bytes:

@@ -1,0 +1,81 @@
+"""A simulated vLLM node with a sidecar in front, on real loopback ports (test helper)."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+from aiohttp.test_utils import TestServer
+from prometheus_client import CollectorRegistry, generate_latest
+
+from sidecar.app import PROXY, make_app
+from sidecar.config import Config
+from sidecar.metrics import Metrics
+from sidecar.proxy import Proxy
+from sidecar.simulator import SimulatorConfig, make_simulator_app
+
+
+@dataclass
+class Stack:
+    """Handles on one simulator + sidecar pair."""
+
+    sim: TestServer
+    sidecar: TestServer
+    registry: CollectorRegistry
+    proxy: Proxy
+
+    @property
+    def sim_url(self) -> str:
+        return str(self.sim.make_url("")).rstrip("/")
+
+    @property
+    def url(self) -> str:
+        return str(self.sidecar.make_url("")).rstrip("/")
+
+    def metric(self, name: str, **labels: str) -> float:
+        """Current value of one sidecar sample (0 when absent)."""
+        value = self.registry.get_sample_value(name, labels)
+        return value or 0.0
+
+    def sidecar_metrics_text(self) -> str:
+        return generate_latest(self.registry).decode()
+
+    async def sim_metric(self, name: str, **labels: str) -> float:
+        """Sum of the simulator's samples called ``name`` whose labels include ``labels``."""
+        async with aiohttp.ClientSession() as s, s.get(self.sim_url + "/metrics") as r:
+            text = await r.text()
+        total = 0.0
+        for line in text.splitlines():
+            m = re.match(r"^([^{\s]+)(\{([^}]*)\})?\s+(\S+)$", line)
+            if not m or m.group(1) != name:
+                continue
+            found = dict(re.findall(r'(\w+)="([^"]*)"', m.group(3) or ""))
+            if all(found.get(k) == v for k, v in labels.items()):
+                total += float(m.group(4))
+        return total
+
+
+async def start_stack(tokens_per_second: float = 0.0, **config: Any) -> Stack:
+    """Start a simulator and a sidecar pointed at it; ``config`` sets Config fields
+    (``detectors`` may be a dict of DetectorConfig fields)."""
+    sim = TestServer(make_simulator_app(SimulatorConfig(tokens_per_second=tokens_per_second)),
+                     host="127.0.0.1")
+    await sim.start_server()
+    cfg = Config(upstream=str(sim.make_url("")).rstrip("/"))
+    det = config.pop("detectors", None)
+    if det:
+        config["detectors"] = dataclasses.replace(cfg.detectors, **det)
+    cfg = dataclasses.replace(cfg, **config)
+    registry = CollectorRegistry()
+    app = make_app(cfg, Metrics(registry, ["*"], "test"))
+    sidecar = TestServer(app, host="127.0.0.1")
+    await sidecar.start_server()
+    return Stack(sim, sidecar, registry, app[PROXY])
+
+
+async def stop_stack(stack: Stack) -> None:
+    await stack.sidecar.close()
+    await stack.sim.close()
