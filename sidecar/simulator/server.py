@@ -50,7 +50,8 @@ def make_simulator_app(config: SimulatorConfig) -> web.Application:
 
 async def run_simulator(config: SimulatorConfig, host: str, port: int) -> None:
     """Serve a simulated node on ``host:port`` until cancelled, then clean up."""
-    runner = web.AppRunner(make_simulator_app(config), access_log=None)
+    # A short shutdown: stalled streams (sim-stall, stall faults) never end by themselves.
+    runner = web.AppRunner(make_simulator_app(config), access_log=None, shutdown_timeout=1.0)
     await runner.setup()
     try:
         site = web.TCPSite(runner, host, port)

@@ -93,10 +93,6 @@ class _Pacer:
         if _client_gone(self._request):
             raise ClientGoneError
 
-    def restart(self) -> None:
-        self._start = asyncio.get_running_loop().time()
-        self._steps = 0
-
 
 @dataclass(slots=True)
 class _Accounting:
@@ -137,12 +133,11 @@ class _Accounting:
             self.node.metrics.disconnected.inc()
 
 
-def _scripts(node: Node, job: Job, trace: Trace | None) -> list[Iterator[Token]]:
-    scripts: list[Script] = [
+def _scripts(node: Node, job: Job, trace: Trace | None) -> list[Script]:
+    return [
         node.behaviours.script(job.model, key=job.prompt, choice=i, trace=trace)
         for i in range(job.n)
     ]
-    return [generate(s, job.spec) for s in scripts]
 
 
 async def _generate(request: web.Request, *, chat: bool) -> web.StreamResponse:
@@ -171,7 +166,7 @@ async def _generate(request: web.Request, *, chat: bool) -> web.StreamResponse:
         return error_response(node, err)
     if fault is not None and fault.kind is FaultKind.HTTP_500:
         return error_response(node, ApiError(500, "Internal server error", "InternalServerError"))
-    stall_after = node.behaviours.script(job.model, key=job.prompt, choice=0, trace=trace)
+    scripts = _scripts(node, job, trace)
     ident = StreamIdentity(
         node.new_id("chatcmpl" if chat else "cmpl", request, job),
         int(time.time()),
@@ -183,11 +178,10 @@ async def _generate(request: web.Request, *, chat: bool) -> web.StreamResponse:
         job=job,
         ident=ident,
         fault=fault,
-        stall_after=stall_after.stall_after,
+        stall_after=scripts[0].stall_after,
         chat=chat,
     )
-    choices = _scripts(node, job, trace)
-    return await run.execute(choices)
+    return await run.execute([generate(script, job.spec) for script in scripts])
 
 
 class _Run:
