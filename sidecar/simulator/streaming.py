@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 
 from aiohttp import web
 
@@ -94,40 +93,44 @@ class _Pacer:
             raise ClientGoneError
 
 
-@dataclass(slots=True)
 class _Accounting:
     """Running/finished bookkeeping of one request on the node's metrics."""
 
-    node: Node
-    model: str
-    active: int = 0
+    __slots__ = ("_generated", "_running", "active", "model", "node")
+
+    def __init__(self, node: Node, model: str) -> None:
+        self.node = node
+        self.model = model
+        self.active = 0
+        # Resolved once: the per-token path must not look labels up.
+        self._generated = node.metrics.generation_tokens.labels(model, ENGINE)
+        self._running = node.metrics.running.labels(model, ENGINE)
 
     def start(self, job: Job) -> None:
         m = self.node.metrics
         m.requests.labels(job.model, "on" if job.thinking else "off").inc()
         m.prompt_tokens.labels(self.model, ENGINE).inc(job.prompt_tokens * job.n)
-        m.running.labels(self.model, ENGINE).inc(job.n)
+        self._running.inc(job.n)
         self.active = job.n
 
     def token(self, token: Token) -> None:
-        m = self.node.metrics
-        m.generation_tokens.labels(self.model, ENGINE).inc()
+        self._generated.inc()
         if token.finish_reason is not None:
-            m.request_success.labels(self.model, ENGINE, token.finish_reason).inc()
-            m.running.labels(self.model, ENGINE).dec()
+            self.node.metrics.request_success.labels(self.model, ENGINE, token.finish_reason).inc()
+            self._running.dec()
             self.active -= 1
 
     def fail(self) -> None:
         """The engine errored: every unfinished choice ends with ``error``."""
-        m = self.node.metrics
         if self.active:
+            m = self.node.metrics
             m.request_success.labels(self.model, ENGINE, "error").inc(self.active)
-            m.running.labels(self.model, ENGINE).dec(self.active)
+            self._running.dec(self.active)
             self.active = 0
 
     def end(self, *, disconnected: bool) -> None:
         if self.active:
-            self.node.metrics.running.labels(self.model, ENGINE).dec(self.active)
+            self._running.dec(self.active)
             self.active = 0
         if disconnected:
             self.node.metrics.disconnected.inc()
