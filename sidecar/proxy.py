@@ -37,6 +37,7 @@ from sidecar.aggregate import Aggregator
 from sidecar.config import MODES, Config, Mode, model_override
 from sidecar.errors import (
     RequestTooLarge,
+    UpstreamDisconnected,
     UpstreamError,
     error_body,
     map_upstream_exception,
@@ -80,6 +81,13 @@ class Exchange:
     thinking_tokens: int = 0
     content_tokens: int = 0
     ttfc_seen: bool = False
+
+
+class _InternalError(UpstreamError):
+    """What the client sees when the sidecar itself failed."""
+
+    status = 500
+    error_type = "InternalServerError"
 
 
 class _UpstreamStatus(Exception):
@@ -273,7 +281,17 @@ class Proxy:
         sink: _Sink = _StreamSink(request) if ex.client_stream else _BodySink(route)
         self.metrics.stream_started()
         try:
-            await self._serve(request, ex, body, raw, detectors, sink)
+            try:
+                await self._serve(request, ex, body, raw, detectors, sink)
+            except (ConnectionResetError, aiohttp.ClientConnectionResetError):
+                if request.transport is not None and not request.transport.is_closing():
+                    raise
+                raise asyncio.CancelledError from None  # the client went away mid-write
+            except Exception:
+                # A bug of ours must not leave the client with a broken stream.
+                log.exception("internal_error", request_id=ex.request_id)
+                ex.outcome = "error"
+                await sink.fail(_InternalError("runaway-sidecar internal error"), None)
             return await sink.finish(ex)
         except asyncio.CancelledError:
             ex.outcome = "client_disconnect"
@@ -403,6 +421,9 @@ class Proxy:
         headers = forward_headers(request.headers, drop=("accept-encoding", "content-type"))
         headers["Content-Type"] = "application/json"
         stall = self.config.detectors.stall_seconds
+        # The deadline is pushed back at most once per ``step`` seconds, so a silence is
+        # noticed between ``stall`` and ``stall + step`` after the last byte.
+        step = min(_STALL_GRANULARITY, stall / 4) if stall is not None else _STALL_GRANULARITY
         loop = asyncio.get_running_loop()
         headers_received = False
         try:
@@ -420,7 +441,7 @@ class Proxy:
                 pushed = loop.time()
                 async with asyncio.timeout(None) as deadline:
                     if stall is not None:
-                        deadline.reschedule(pushed + stall + _STALL_GRANULARITY)
+                        deadline.reschedule(pushed + stall + step)
                     while True:
                         try:
                             chunk = await reader.readany()
@@ -428,7 +449,7 @@ class Proxy:
                             now = loop.time()
                             if attempt.tick(now) is not None:
                                 break
-                            deadline.reschedule(now + _STALL_GRANULARITY)
+                            deadline.reschedule(now + step)
                             continue
                         now = loop.time()
                         if not chunk:
@@ -441,11 +462,13 @@ class Proxy:
                             await sink.write(out)
                         if attempt.stopped:
                             break
-                        if stall is not None and now - pushed > _STALL_GRANULARITY:
+                        if stall is not None and now - pushed > step:
                             pushed = now
-                            deadline.reschedule(now + stall + _STALL_GRANULARITY)
+                            deadline.reschedule(now + stall + step)
                 if attempt.stopped:
                     up.close()  # not release(): vLLM must see the disconnect and abort
+                elif not attempt.done and (not attempt.choices or attempt.open_choices):
+                    raise UpstreamDisconnected("upstream ended the stream before it finished")
         except (TimeoutError, aiohttp.ClientError, OSError) as exc:
             if isinstance(exc, TimeoutError) and headers_received and attempt.tick(loop.time()):
                 return
