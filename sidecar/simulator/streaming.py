@@ -16,7 +16,7 @@ from aiohttp import web
 
 from sidecar.simulator.behaviours import Trace
 from sidecar.simulator.faults import Fault, FaultHeaderError, FaultKind, parse_fault
-from sidecar.simulator.generation import Channel, Script, Token, generate, interleave
+from sidecar.simulator.generation import Channel, Mode, Script, Token, generate, interleave
 from sidecar.simulator.metrics import ENGINE
 from sidecar.simulator.node import (
     JSON_HEADERS,
@@ -32,6 +32,7 @@ from sidecar.simulator.routes import read_json
 from sidecar.simulator.wire import ChoiceResult, StreamIdentity, Usage
 
 TRACE_HEADER = "X-Sim-Trace"
+_THINKING_MODES = (Mode.THINK, Mode.THINK_PREFILLED)
 _SLICE = 0.05  # longest sleep between two disconnect checks
 _INVALID_SSE = (
     b'data: {"id":"chatcmpl-garbage","object":"chat.completion.chunk","choices":[{"ind\n\n'
@@ -181,7 +182,8 @@ async def _generate(request: web.Request, *, chat: bool) -> web.StreamResponse:
         job=job,
         ident=ident,
         fault=fault,
-        stall_after=scripts[0].stall_after,
+        # sim-stall stalls while thinking; with thinking off it answers like the others.
+        stall_after=scripts[0].stall_after if job.spec.mode in _THINKING_MODES else None,
         chat=chat,
     )
     return await run.execute([generate(script, job.spec) for script in scripts])

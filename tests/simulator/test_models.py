@@ -170,6 +170,26 @@ async def test_thinking_off_gives_short_answer(
     assert f'sim:requests_total{{model_name="{model}",thinking="off"}} 1.0' in metrics
 
 
+@pytest.mark.parametrize("prompt", ["Hello", "Say OK", "What is 2+2?", "Tell me a story"])
+async def test_stall_with_thinking_off_answers_whatever_the_prompt(
+    sim: SimFactory, prompt: str
+) -> None:
+    """sim-stall only stalls while thinking: with thinking off it answers and stops."""
+    client = await sim()
+    body = hello(
+        model="sim-stall",
+        stream=True,
+        messages=[{"role": "user", "content": prompt}],
+        chat_template_kwargs={"enable_thinking": False},
+    )
+    resp = await client.post(CHAT, json=body)
+    chunks = [orjson.loads(p) for p in events(await resp.read())[:-1]]
+    reasoning, content, finish = _split(chunks)
+    assert reasoning == ""
+    assert content.strip()
+    assert finish == "stop"
+
+
 async def test_enable_thinking_true_beats_effort_none(sim: SimFactory) -> None:
     """reasoning_effort=none only applies when chat_template_kwargs has no enable_thinking."""
     client = await sim()
