@@ -1,0 +1,163 @@
+"""The ``serve`` process: readiness, sd_notify, SIGHUP reload and SIGTERM drain."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import aiohttp
+import orjson
+import pytest
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def wait_port(port: int, proc: subprocess.Popen[bytes], timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, "process exited early"
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+                return
+        except OSError:
+            time.sleep(0.05)
+    raise AssertionError(f"port {port} never opened")
+
+
+class Node:
+    def __init__(self, tmp: Path) -> None:
+        self.sim_port, self.port, self.mport = free_port(), free_port(), free_port()
+        self.config = tmp / "sidecar.toml"
+        self.log = tmp / "sidecar.log"
+        self.notify = tmp / "notify.sock"
+        self.sim: subprocess.Popen[bytes] | None = None
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.sock: socket.socket | None = None
+
+    def write_config(self, text: str) -> None:
+        self.config.write_text(
+            f'upstream = "http://127.0.0.1:{self.sim_port}"\n'
+            f'listen = "127.0.0.1:{self.port}"\nmetrics_listen = "127.0.0.1:{self.mport}"\n'
+            "drain_timeout_seconds = 20.0\n" + text)
+
+    def start(self) -> None:
+        self.sim = subprocess.Popen(
+            [sys.executable, "-m", "sidecar", "simulate", "--listen",
+             f"127.0.0.1:{self.sim_port}", "--tokens-per-second", "100"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        wait_port(self.sim_port, self.sim)
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        self.sock.bind(str(self.notify))
+        self.sock.settimeout(15)
+        env = dict(os.environ, NOTIFY_SOCKET=str(self.notify))
+        with self.log.open("wb") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "sidecar", "serve", "--config", str(self.config)],
+                stdout=log, stderr=subprocess.STDOUT, env=env)
+        wait_port(self.port, self.proc)
+
+    def notifications(self) -> str:
+        assert self.sock is not None
+        return self.sock.recv(4096).decode()
+
+    def stop(self) -> None:
+        for proc in (self.proc, self.sim):
+            if proc is not None and proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        if self.sock is not None:
+            self.sock.close()
+
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def murl(self) -> str:
+        return f"http://127.0.0.1:{self.mport}"
+
+
+@pytest.fixture
+def node(tmp_path: Path) -> Iterator[Node]:
+    n = Node(tmp_path)
+    n.write_config('mode = "enforce"\n')
+    n.start()
+    yield n
+    n.stop()
+
+
+LOOP = {"model": "sim-loop", "max_tokens": 3000, "stream": True,
+        "messages": [{"role": "user", "content": "fix it"}]}
+
+
+async def get(url: str) -> tuple[int, str]:
+    async with aiohttp.ClientSession() as s, s.get(url) as r:
+        return r.status, await r.text()
+
+
+async def stream_body(url: str, body: dict[str, object]) -> bytes:
+    async with aiohttp.ClientSession() as s, s.post(url + "/v1/chat/completions",
+                                                    json=body) as r:
+        return await r.read()
+
+
+async def test_ready_health_and_notify(node: Node) -> None:
+    """READY=1 reaches systemd; /healthz and /readyz answer on the metrics listener."""
+    assert "READY=1" in node.notifications()
+    assert (await get(node.murl() + "/healthz"))[0] == 200
+    assert (await get(node.murl() + "/readyz"))[0] == 200
+    status, text = await get(node.murl() + "/metrics")
+    assert status == 200
+    assert "runaway_sidecar_build_info" in text
+    assert (await get(node.url() + "/metrics"))[1].startswith("# HELP vllm")
+
+
+async def test_sighup_reload_and_bad_reload(node: Node) -> None:
+    """SIGHUP applies a new mode to new requests; a bad file is rejected and the old stays."""
+    assert "READY=1" in node.notifications()
+    assert b": runaway" in await stream_body(node.url(), LOOP)
+    node.write_config('mode = "shadow"\n')
+    assert node.proc is not None
+    node.proc.send_signal(signal.SIGHUP)
+    assert "RELOADING=1" in node.notifications()
+    assert "READY=1" in node.notifications()
+    data = await stream_body(node.url(), {**LOOP, "max_tokens": 400,
+                                          "messages": [{"role": "user", "content": "other"}]})
+    assert b": runaway" not in data
+    node.config.write_text("mode = 'loud'\n")
+    node.proc.send_signal(signal.SIGHUP)
+    node.notifications()
+    node.notifications()
+    _, text = await get(node.murl() + "/metrics")
+    assert 'runaway_sidecar_config_reloads_total{result="error"} 1.0' in text
+    assert 'runaway_sidecar_config_reloads_total{result="ok"} 1.0' in text
+    assert node.proc.poll() is None
+    log = node.log.read_text()
+    assert "config_reload_failed" in log
+    assert "'mode'" in log or "\\'mode\\'" in log or "key 'mode'" in log
+
+
+async def test_sigterm_drains_in_flight_streams(node: Node) -> None:
+    """SIGTERM lets a running stream finish, refuses new connections, then exits 0."""
+    assert "READY=1" in node.notifications()
+    healthy = {"model": "sim-healthy", "max_tokens": 150, "stream": True,
+               "messages": [{"role": "user", "content": "hi"}]}
+    task = asyncio.create_task(stream_body(node.url(), healthy))
+    await asyncio.sleep(0.4)
+    assert node.proc is not None
+    node.proc.send_signal(signal.SIGTERM)
+    data = await task
+    assert data.endswith(b"data: [DONE]\n\n")
+    chunks = [orjson.loads(e[6:]) for e in data.split(b"\n\n") if e.startswith(b"data: {")]
+    assert chunks[-1]["choices"][0]["finish_reason"] == "length"
+    assert node.proc.wait(timeout=20) == 0
+    assert "STOPPING=1" in node.notifications()
