@@ -217,3 +217,17 @@ async def test_faults_apply_to_completions(sim: SimFactory) -> None:
     payloads = events(await resp.read())
     assert payloads[-2:] == [ERROR_EVENT, b"[DONE]"]
     assert sum(b'"text_completion"' in p for p in payloads) == 2
+
+
+async def test_non_streaming_faults(sim: SimFactory) -> None:
+    """Without streaming: a reset drops the connection, invalid-sse sends a non-JSON 200."""
+    client = await sim()
+    body = hello(model="sim-loop", max_tokens=40)
+    with pytest.raises(aiohttp.ServerDisconnectedError):
+        await client.post(CHAT, json=body, headers=_fault("reset-mid-stream"))
+    resp = await client.post(CHAT, json=body, headers=_fault("invalid-sse"))
+    assert resp.status == 200
+    with pytest.raises(orjson.JSONDecodeError):
+        orjson.loads(await resp.read())
+    resp = await client.post(CHAT, json=body, headers=_fault("no-done"))
+    assert (await resp.json())["usage"]["completion_tokens"] == 40

@@ -104,7 +104,7 @@ async def test_pacing_follows_tokens_per_second(sim: SimFactory) -> None:
     )
     await resp.read()
     took = time.monotonic() - start
-    assert 0.55 <= took <= 0.9
+    assert 0.55 <= took <= 1.5
 
 
 async def test_running_gauge_counts_concurrent_streams(sim: SimFactory) -> None:
