@@ -43,6 +43,7 @@ class Job:
     spec: GenSpec
     thinking: bool  # for the sim:requests_total label: was thinking on for this request
     request_id: str | None  # from the body's request_id, if any
+    include_reasoning: bool = True  # false: vLLM generates reasoning but does not send it
 
 
 def _bad(message: str, param: str | None = None) -> ApiError:
@@ -230,6 +231,7 @@ def parse_chat(body: object, *, known: tuple[str, ...], max_model_len: int) -> J
         spec=GenSpec(max_tokens, mode, budget, repetition),
         thinking=thinking,
         request_id=request_id if isinstance(request_id, str) else None,
+        include_reasoning=body.get("include_reasoning", True) is not False,
     )
 
 

@@ -298,9 +298,10 @@ class _Run:
                 usage=usage,
                 fingerprint=fingerprint,
             )
-        if token.channel is Channel.SPECIAL:
+        hidden = token.channel is Channel.REASONING and not job.include_reasoning
+        if token.channel is Channel.SPECIAL or hidden:
             if token.finish_reason is None:
-                return None  # the parser swallows <think>, </think>
+                return None  # the parser swallows <think>, </think> (and hidden reasoning)
             delta: dict[str, str] = {}
         else:
             delta = {token.channel.value: token.text}
@@ -396,7 +397,7 @@ class _Run:
         results = []
         for index in range(job.n):
             token = last[index]
-            reasoning = "".join(texts[index][Channel.REASONING])
+            reasoning = "".join(texts[index][Channel.REASONING]) if job.include_reasoning else ""
             content = "".join(texts[index][Channel.CONTENT])
             results.append(
                 ChoiceResult(

@@ -190,3 +190,24 @@ async def test_replay_unavailable_without_file(sim: SimFactory) -> None:
     client = await sim()
     resp = await client.post(CHAT, json=hello(model="sim-replay"))
     assert resp.status == 404
+
+
+async def test_include_reasoning_false_hides_reasoning(sim: SimFactory) -> None:
+    """include_reasoning=false: reasoning is generated (and counted) but never sent."""
+    client = await sim()
+    body = hello(
+        model="sim-healthy",
+        stream=True,
+        include_reasoning=False,
+        thinking_token_budget=10,
+        stream_options={"include_usage": True},
+    )
+    chunks = [
+        orjson.loads(p) for p in events(await (await client.post(CHAT, json=body)).read())[:-1]
+    ]
+    assert all("reasoning" not in c["choices"][0]["delta"] for c in chunks if c["choices"])
+    assert chunks[-1]["usage"]["completion_tokens_details"]["reasoning_tokens"] == 10
+    data = await (
+        await client.post(CHAT, json=hello(model="sim-loop", max_tokens=5, include_reasoning=False))
+    ).json()
+    assert data["choices"][0]["message"]["reasoning"] is None
