@@ -230,3 +230,63 @@ async def test_thinking_budget_header(make_stack: StackFactory, stream: bool) ->
         assert b"detector=thinking_token_budget" in data
     else:
         assert r.headers["X-Runaway-Detector"] == "thinking_token_budget"
+
+
+async def test_salvage_step_moves_continuation_to_content(make_stack: StackFactory) -> None:
+    """The salvage step continues from the useful reasoning; vLLM labels the continuation
+    as reasoning, and the sidecar delivers it as content."""
+    from sidecar.config import ReissueConfig
+
+    stack = await make_stack(reissue=ReissueConfig(ladder=("salvage",)))
+    reasoning, content, finishes, ids = await sdk_stream(stack)
+    assert reasoning
+    assert content.strip()
+    assert finishes == ["stop"]
+    assert len(ids) == 1
+    assert stack.metric("runaway_sidecar_reissues_total", model="sim-loop", step="salvage",
+                        outcome="ok") == 1
+
+
+async def test_tool_request_reissued_with_tools(make_stack: StackFactory) -> None:
+    """A request with tools is reissued with its tools and still answers."""
+    stack = await make_stack()
+    tools = [{"type": "function", "function": {"name": "run_tests", "parameters": {
+        "type": "object", "properties": {}}}}]
+    reasoning, content, finishes, _ = await sdk_stream(stack, tools=tools)
+    assert reasoning
+    assert content.strip().startswith("Fix:")
+    assert finishes == ["stop"]
+
+
+async def test_upstream_failing_during_reissue(make_stack: StackFactory) -> None:
+    """If the reissue fails upstream the stream ends with an error event and [DONE]."""
+    from sidecar.config import ReissueConfig
+
+    stack = await make_stack(reissue=ReissueConfig(ladder=("fallback:no-such-model",)))
+    status, _, data = await raw_stream(stack.url, LOOP_BODY)
+    assert status == 200
+    assert b"action=reissue:fallback:no-such-model" in data
+    errors = [orjson.loads(e[6:]) for e in data.split(b"\n\n") if e.startswith(b'data: {"error"')]
+    assert len(errors) == 1
+    assert data.endswith(b"data: [DONE]\n\n")
+    assert stack.metric("runaway_sidecar_reissues_total", model="sim-loop",
+                        step="fallback_model", outcome="upstream_error") == 1
+
+
+async def test_client_disconnect_during_reissue(make_stack: StackFactory) -> None:
+    """A client that leaves during the reissue stops the reissued generation too."""
+    stack = await make_stack(tokens_per_second=300)
+    session = aiohttp.ClientSession()
+    resp = await session.post(stack.url + "/v1/chat/completions",
+                              json={**LOOP_BODY, "model": "sim-leaky", "stream": True})
+    seen = b""
+    while b": runaway" not in seen:
+        seen += await resp.content.readany()
+    await resp.content.readany()
+    resp.close()
+    await session.close()
+    closed = time.monotonic()
+    while await stack.sim_metric("vllm:num_requests_running") != 0:
+        assert time.monotonic() - closed < 0.5
+        await asyncio.sleep(0.02)
+    assert stack.metric("runaway_sidecar_client_disconnects_total", route="chat") == 1
