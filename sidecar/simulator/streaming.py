@@ -17,7 +17,6 @@ from aiohttp import web
 from sidecar.simulator.behaviours import Trace
 from sidecar.simulator.faults import Fault, FaultHeaderError, FaultKind, parse_fault
 from sidecar.simulator.generation import Channel, Mode, Script, Token, generate, interleave
-from sidecar.simulator.metrics import ENGINE
 from sidecar.simulator.node import (
     JSON_HEADERS,
     NODE_KEY,
@@ -29,11 +28,11 @@ from sidecar.simulator.node import (
 )
 from sidecar.simulator.requests import ApiError, Job, parse_chat, parse_completion
 from sidecar.simulator.routes import read_json
+from sidecar.simulator.runtime import Accounting, Pacer, client_gone, wait_or_gone
 from sidecar.simulator.wire import ChoiceResult, StreamIdentity, Usage
 
 TRACE_HEADER = "X-Sim-Trace"
 _THINKING_MODES = (Mode.THINK, Mode.THINK_PREFILLED)
-_SLICE = 0.05  # longest sleep between two disconnect checks
 _INVALID_SSE = (
     b'data: {"id":"chatcmpl-garbage","object":"chat.completion.chunk","choices":[{"ind\n\n'
     b"<html><body>502 Bad Gateway</body></html>\n"
@@ -48,93 +47,6 @@ async def chat_route(request: web.Request) -> web.StreamResponse:
 
 async def completions_route(request: web.Request) -> web.StreamResponse:
     return await _generate(request, chat=False)
-
-
-def _client_gone(request: web.Request) -> bool:
-    transport = request.transport
-    return transport is None or transport.is_closing()
-
-
-async def _wait(request: web.Request, seconds: float | None) -> None:
-    """Sleep ``seconds`` (forever if ``None``) in short slices, raising as soon as the
-    client is gone."""
-    loop = asyncio.get_running_loop()
-    deadline = None if seconds is None else loop.time() + seconds
-    while True:
-        if _client_gone(request):
-            raise ClientGoneError
-        if deadline is None:
-            await asyncio.sleep(_SLICE)
-            continue
-        left = deadline - loop.time()
-        if left <= 0:
-            return
-        await asyncio.sleep(min(left, _SLICE))
-
-
-class _Pacer:
-    """Schedules engine steps against the stream's start time, so the pace never drifts."""
-
-    __slots__ = ("_interval", "_request", "_start", "_steps")
-
-    def __init__(self, request: web.Request, tokens_per_second: float) -> None:
-        self._interval = 1.0 / tokens_per_second if tokens_per_second > 0 else 0.0
-        self._request = request
-        self._start = asyncio.get_running_loop().time()
-        self._steps = 0
-
-    async def step(self) -> None:
-        self._steps += 1
-        if self._interval:
-            target = self._start + self._steps * self._interval
-            await _wait(self._request, target - asyncio.get_running_loop().time())
-        else:
-            await asyncio.sleep(0)  # let the loop see a closed connection
-        if _client_gone(self._request):
-            raise ClientGoneError
-
-
-class _Accounting:
-    """Running/finished bookkeeping of one request on the node's metrics."""
-
-    __slots__ = ("_generated", "_running", "active", "model", "node")
-
-    def __init__(self, node: Node, model: str) -> None:
-        self.node = node
-        self.model = model
-        self.active = 0
-        # Resolved once: the per-token path must not look labels up.
-        self._generated = node.metrics.generation_tokens.labels(model, ENGINE)
-        self._running = node.metrics.running.labels(model, ENGINE)
-
-    def start(self, job: Job) -> None:
-        m = self.node.metrics
-        m.requests.labels(job.model, "on" if job.thinking else "off").inc()
-        m.prompt_tokens.labels(self.model, ENGINE).inc(job.prompt_tokens * job.n)
-        self._running.inc(job.n)
-        self.active = job.n
-
-    def token(self, token: Token) -> None:
-        self._generated.inc()
-        if token.finish_reason is not None:
-            self.node.metrics.request_success.labels(self.model, ENGINE, token.finish_reason).inc()
-            self._running.dec()
-            self.active -= 1
-
-    def fail(self) -> None:
-        """The engine errored: every unfinished choice ends with ``error``."""
-        if self.active:
-            m = self.node.metrics
-            m.request_success.labels(self.model, ENGINE, "error").inc(self.active)
-            self._running.dec(self.active)
-            self.active = 0
-
-    def end(self, *, disconnected: bool) -> None:
-        if self.active:
-            self._running.dec(self.active)
-            self.active = 0
-        if disconnected:
-            self.node.metrics.disconnected.inc()
 
 
 def _scripts(node: Node, job: Job, trace: Trace | None) -> list[Script]:
@@ -210,7 +122,7 @@ class _Run:
         self.fault = fault
         self.stall_after = stall_after
         self.chat = chat
-        self.accounting = _Accounting(node, job.model)
+        self.accounting = Accounting(node, job.model)
         self.sent = 0  # token chunks sent (or, non-streaming, tokens generated)
         self.resp: web.StreamResponse | None = None
 
@@ -236,7 +148,7 @@ class _Run:
     async def _write(self, data: bytes) -> None:
         if self.resp is None:
             raise RuntimeError("write before the stream was opened")
-        if _client_gone(self.request):
+        if client_gone(self.request):
             raise ClientGoneError
         await self.resp.write(data)
 
@@ -255,7 +167,7 @@ class _Run:
         self.sent += 1
         fault = self.fault
         if self.stall_after is not None and self.sent >= self.stall_after:
-            await _wait(self.request, None)
+            await wait_or_gone(self.request, None)
         if fault is None or self.sent < fault.after:
             return False
         if fault.kind is FaultKind.RESET_MID_STREAM:
@@ -264,7 +176,7 @@ class _Run:
                 self.request.transport.abort()
             raise ClientGoneError
         if fault.kind is FaultKind.STALL_MID_STREAM:
-            await _wait(self.request, None)
+            await wait_or_gone(self.request, None)
         if fault.kind is FaultKind.ERROR_MID_STREAM and self.job.stream:
             self.accounting.fail()
             wire = self.node.wire
@@ -324,8 +236,8 @@ class _Run:
             return self.resp
         self.resp = await self._open()
         if self._fault(FaultKind.SLOW_FIRST_TOKEN) and self.fault is not None:
-            await _wait(self.request, self.fault.delay)
-        pacer = _Pacer(self.request, node.config.tokens_per_second)
+            await wait_or_gone(self.request, self.fault.delay)
+        pacer = Pacer(self.request, node.config.tokens_per_second)
         last: dict[int, Token] = {}
         first = True
         for step in interleave(choices):
@@ -367,8 +279,8 @@ class _Run:
     async def _whole(self, choices: list[Iterator[Token]]) -> web.StreamResponse:
         job, node = self.job, self.node
         if self._fault(FaultKind.SLOW_FIRST_TOKEN) and self.fault is not None:
-            await _wait(self.request, self.fault.delay)
-        pacer = _Pacer(self.request, node.config.tokens_per_second)
+            await wait_or_gone(self.request, self.fault.delay)
+        pacer = Pacer(self.request, node.config.tokens_per_second)
         texts: dict[int, dict[Channel, list[str]]] = {
             i: {Channel.REASONING: [], Channel.CONTENT: []} for i in range(job.n)
         }
