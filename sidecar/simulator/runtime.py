@@ -16,6 +16,7 @@ SLICE = 0.05  # longest sleep between two disconnect checks
 
 
 def client_gone(request: web.Request) -> bool:
+    """Whether the client's connection is closed or closing."""
     transport = request.transport
     return transport is None or transport.is_closing()
 
