@@ -44,7 +44,8 @@ def run_demo(*, tokens_per_second: float, max_tokens: int, out: TextIO) -> int:
     return asyncio.run(_demo(tokens_per_second, max_tokens, out))
 
 
-async def _start(app: web.Application) -> tuple[web.AppRunner, str]:
+async def serve_on_free_port(app: web.Application) -> tuple[web.AppRunner, str]:
+    """Run ``app`` on a free loopback port; return its runner and base URL."""
     runner = web.AppRunner(app, handler_cancellation=True, access_log=None)
     await runner.setup()
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -61,10 +62,11 @@ async def _demo(rate: float, max_tokens: int, out: TextIO) -> int:
         print("the demo needs the openai SDK: pip install 'runaway-sidecar[demo]'", file=out)
         return 2
     sim_cfg = SimulatorConfig(tokens_per_second=rate, max_model_len=max(32768, max_tokens * 2))
-    sim_runner, sim_url = await _start(make_simulator_app(sim_cfg))
+    sim_runner, sim_url = await serve_on_free_port(make_simulator_app(sim_cfg))
     registry = CollectorRegistry()
     cfg = replace(Config(), upstream=sim_url)
-    side_runner, side_url = await _start(make_app(cfg, Metrics(registry, ["*"], __version__)))
+    metrics = Metrics(registry, ["*"], __version__)
+    side_runner, side_url = await serve_on_free_port(make_app(cfg, metrics))
     say = _printer(out)
     try:
         say(f"simulated vLLM node  {sim_url}  ({rate:g} tok/s per stream)")

@@ -74,6 +74,7 @@ class Exchange:
     request_id: str
     started: float
     client_stream: bool
+    max_tokens: int | None = None
     outcome: Outcome = "ok"
     upstream_status: int | None = None
     verdicts: list[Verdict] = field(default_factory=list)
@@ -167,6 +168,7 @@ class Proxy:
         resp: web.StreamResponse | None = None
         status: int | None = None
         outcome: Outcome = "ok"
+        sent = 0
         try:
             async with self.session.request(
                 request.method, self._url(request), data=data, allow_redirects=False,
@@ -179,6 +181,7 @@ class Proxy:
                     resp.content_length = up.content_length
                 await resp.prepare(request)
                 async for chunk in up.content.iter_any():
+                    sent += len(chunk)
                     await resp.write(chunk)
                 await resp.write_eof()
                 return resp
@@ -210,7 +213,7 @@ class Proxy:
                 method=request.method, path=request.path, status=resp.status if resp else 502,
                 route="passthrough", outcome=outcome, model=None,
                 request_id=request.headers.get("X-Request-Id", ""),
-                duration_s=time.monotonic() - started, bytes_sent=0, upstream_status=status))
+                duration_s=time.monotonic() - started, bytes_sent=sent, upstream_status=status))
 
     # -- watched routes --------------------------------------------------------------
 
@@ -277,7 +280,8 @@ class Proxy:
         ex = Exchange(route=route, model=model, mode=mode,
                       request_id=request.headers.get("X-Request-Id") or uuid.uuid4().hex,
                       started=asyncio.get_running_loop().time(),
-                      client_stream=body.get("stream") is True)
+                      client_stream=body.get("stream") is True,
+                      max_tokens=_max_tokens(body))
         sink: _Sink = _StreamSink(request) if ex.client_stream else _BodySink(route)
         self.metrics.stream_started()
         try:
@@ -483,6 +487,8 @@ class Proxy:
         self.metrics.detection_point(verdict.detector, verdict.at_token)
         if attempt.stopped:
             self.metrics.wasted_tokens(ex.model, attempt.counted_tokens)
+            if ex.max_tokens is not None:
+                self.metrics.saved_tokens(ex.model, ex.max_tokens - attempt.counted_tokens)
         loop = asyncio.get_running_loop()
         log.warning("runaway", **runaway_log_fields(
             verdict, request_id=ex.request_id, model=ex.model,
@@ -664,6 +670,15 @@ def _with_budgets(cfg: DetectorConfig, tokens: int | None, seconds: float | None
     if cfg.thinking_token_budget == tokens and cfg.thinking_seconds_budget == seconds:
         return cfg
     return replace(cfg, thinking_token_budget=tokens, thinking_seconds_budget=seconds)
+
+
+def _max_tokens(body: dict[str, Any]) -> int | None:
+    """The client's generation limit (``max_completion_tokens`` wins, as in vLLM)."""
+    for key in ("max_completion_tokens", "max_tokens"):
+        value = body.get(key)
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    return None
 
 
 def _wants_usage(body: dict[str, Any]) -> bool:
