@@ -222,3 +222,16 @@ def test_long_thinking_chains_different_traces() -> None:
     text = "".join(itertools.islice(script.reasoning(), 20_000))
     assert text.count("Okay") >= 3
     assert len(text) > 30_000
+
+
+def test_long_thinking_has_no_exact_repeat_within_default_context() -> None:
+    """Within the default 8192-token context no 30-token run of the chain comes back."""
+    behaviours = Behaviours(seed=0, served_model_name=None, replay_file=None)
+    for key in ("a", "b", "c"):
+        tokens = list(
+            itertools.islice(
+                behaviours.script("sim-long-thinking", key=key, choice=0).reasoning(), 8192
+            )
+        )
+        grams = {tuple(tokens[i : i + 30]) for i in range(len(tokens) - 29)}
+        assert len(grams) == len(tokens) - 29
