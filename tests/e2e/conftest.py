@@ -1,0 +1,420 @@
+"""Fixtures for the real-vLLM end-to-end suite.
+
+``scripts/e2e-vllm.sh`` starts one vLLM server per tiny model (``tests/e2e/tiny_model.py``)
+and one sidecar in front of each, then runs ``pytest -m vllm`` with their addresses in
+``E2E_VLLM_<KIND>_URL``, ``E2E_SIDECAR_<KIND>_URL`` and ``E2E_SIDECAR_<KIND>_METRICS_URL``.
+Every test here is marked ``vllm`` and so deselected by a plain ``pytest`` run; selected
+without those variables, a test fails and says how to run it (it never skips).
+
+Clients are the official ``openai`` SDK. Streams are read line by line through the SDK's
+``with_streaming_response`` so that SSE comments (``: runaway ...``) stay visible, and every
+data event is validated as an SDK ``ChatCompletionChunk``. vLLM's own ``/metrics`` is the
+witness for what happened upstream (requests running, tokens generated).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import http.client
+import importlib.util
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.parse
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import openai
+import pytest
+from openai.types.chat import ChatCompletion, ChatCompletionChunk
+from openai.types.completion_usage import CompletionUsage
+from prometheus_client.parser import text_string_to_metric_families
+
+ROOT = Path(__file__).resolve().parents[2]
+KINDS = ("loop", "leaky", "healthy", "korean")
+MAX_TOKENS = 8000  # a runaway left alone would generate all of these (max_model_len is 8192)
+
+
+def _load_tiny_model() -> ModuleType:
+    # Loaded by path: importing it needs no torch, and this works in any pytest import mode.
+    spec = importlib.util.spec_from_file_location(
+        "e2e_tiny_model", Path(__file__).with_name("tiny_model.py")
+    )
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+TINY = _load_tiny_model()
+
+
+@dataclass(frozen=True, slots=True)
+class VllmMetrics:
+    """One scrape of vLLM's ``/metrics`` for one served model."""
+
+    running: float
+    waiting: float
+    generation_tokens: float
+    prompt_tokens: float
+    success: dict[str, float]
+
+    def as_dict(self) -> dict[str, Any]:
+        """For the run report."""
+        return {
+            "num_requests_running": self.running,
+            "num_requests_waiting": self.waiting,
+            "generation_tokens_total": self.generation_tokens,
+            "prompt_tokens_total": self.prompt_tokens,
+            "request_success_total": self.success,
+        }
+
+
+@dataclass(slots=True)
+class StreamResult:
+    """A chat stream as a client saw it: every event parsed, per-choice text joined."""
+
+    status: int
+    headers: dict[str, str]
+    chunks: list[ChatCompletionChunk] = field(default_factory=list)
+    comments: list[str] = field(default_factory=list)
+    errors: list[dict[str, Any]] = field(default_factory=list)
+    done: bool = False
+    events_after_done: int = 0
+    reasoning: dict[int, str] = field(default_factory=dict)
+    content: dict[int, str] = field(default_factory=dict)
+    finish: dict[int, str | None] = field(default_factory=dict)
+    usage: CompletionUsage | None = None
+
+    def add(self, chunk: ChatCompletionChunk) -> None:
+        """Account one parsed chunk."""
+        self.chunks.append(chunk)
+        if chunk.usage is not None and not chunk.choices:
+            self.usage = chunk.usage
+        for choice in chunk.choices:
+            i = choice.index
+            self.reasoning.setdefault(i, "")
+            self.content.setdefault(i, "")
+            self.finish.setdefault(i, None)
+            self.reasoning[i] += _reasoning(choice.delta) or ""
+            self.content[i] += choice.delta.content or ""
+            if choice.finish_reason is not None:
+                self.finish[i] = choice.finish_reason
+
+    def identity(self) -> set[tuple[str, int, str]]:
+        """The distinct (id, created, model) triples seen: one for a well-spliced stream."""
+        return {(c.id, c.created, c.model) for c in self.chunks}
+
+
+def _reasoning(obj: Any) -> str | None:
+    """vLLM 0.32 puts reasoning in ``reasoning``; the SDK keeps unknown fields as extras."""
+    extra = getattr(obj, "model_extra", None) or {}
+    value = extra.get("reasoning", extra.get("reasoning_content"))
+    return value if isinstance(value, str) else None
+
+
+def reasoning_of(message: Any) -> str | None:
+    """The reasoning text of a non-streaming ``message`` (None when absent)."""
+    return _reasoning(message)
+
+
+def usage_dict(usage: CompletionUsage | None) -> dict[str, Any] | None:
+    """Usage as a plain dict (nulls dropped) for equality checks."""
+    if usage is None:
+        return None
+    return usage.model_dump(exclude_none=True)
+
+
+@dataclass(frozen=True, slots=True)
+class Node:
+    """One tiny model: its vLLM server and the sidecar in front of it."""
+
+    kind: str
+    model: str
+    vllm_url: str
+    sidecar_url: str
+    sidecar_metrics_url: str
+
+    @property
+    def script(self) -> dict[str, Any]:
+        """What the model says (from tests/e2e/tiny_model.py)."""
+        result: dict[str, Any] = TINY.script(self.kind)
+        return result
+
+    reasoning_of = staticmethod(reasoning_of)
+    usage_dict = staticmethod(usage_dict)
+
+    def url(self, via: str) -> str:
+        """Base URL of the sidecar (``via="sidecar"``) or of vLLM directly (``"vllm"``)."""
+        return {"sidecar": self.sidecar_url, "vllm": self.vllm_url}[via]
+
+    def client(self, via: str = "sidecar", base_url: str | None = None) -> openai.OpenAI:
+        """An SDK client without retries, so every request is exactly one request."""
+        return openai.OpenAI(
+            base_url=(base_url or self.url(via)) + "/v1",
+            api_key="e2e",
+            max_retries=0,
+            timeout=120.0,
+        )
+
+    def messages(self, tag: str = "") -> list[dict[str, str]]:
+        """A user turn unique to this call: the runaway memory never recalls it. (The tiny
+        models only look at the last prompt token, so the wording does not change them.)"""
+        return [
+            {
+                "role": "user",
+                "content": f"My parser crashes on an empty list. Why? "
+                f"[{tag} {uuid.uuid4().hex[:12]}]",
+            }
+        ]
+
+    def metrics(self) -> VllmMetrics:
+        """Scrape vLLM's ``/metrics`` for this model."""
+        text = _http_get(self.vllm_url + "/metrics")
+        values: dict[str, float] = {}
+        success: dict[str, float] = {}
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                if sample.labels.get("model_name") != self.model:
+                    continue
+                if sample.name == "vllm:request_success_total":
+                    reason = sample.labels.get("finished_reason", "")
+                    success[reason] = success.get(reason, 0.0) + sample.value
+                else:
+                    values[sample.name] = values.get(sample.name, 0.0) + sample.value
+        return VllmMetrics(
+            running=values.get("vllm:num_requests_running", 0.0),
+            waiting=values.get("vllm:num_requests_waiting", 0.0),
+            generation_tokens=values.get("vllm:generation_tokens_total", 0.0),
+            prompt_tokens=values.get("vllm:prompt_tokens_total", 0.0),
+            success=success,
+        )
+
+    def wait_idle(self, timeout: float = 10.0) -> tuple[VllmMetrics, float]:
+        """Poll until vLLM runs nothing for this model; return the scrape and the wait."""
+        start = time.monotonic()
+        while True:
+            m = self.metrics()
+            waited = time.monotonic() - start
+            if m.running == 0 and m.waiting == 0:
+                return m, waited
+            if waited > timeout:
+                raise AssertionError(f"vLLM still busy after {timeout}s: {m}")
+            time.sleep(0.05)
+
+    def stream(
+        self,
+        via: str = "sidecar",
+        *,
+        headers: dict[str, str] | None = None,
+        base_url: str | None = None,
+        **body: Any,
+    ) -> StreamResult:
+        """Send a streaming chat request and read it to the end."""
+        client = self.client(via, base_url)
+        body.setdefault("model", self.model)
+        with client.chat.completions.with_streaming_response.create(
+            stream=True, extra_headers=headers or {}, **body
+        ) as resp:
+            result = StreamResult(resp.status_code, dict(resp.headers))
+            read_sse(resp.iter_lines(), result)
+        return result
+
+    def complete(
+        self,
+        via: str = "sidecar",
+        *,
+        headers: dict[str, str] | None = None,
+        base_url: str | None = None,
+        **body: Any,
+    ) -> tuple[ChatCompletion, dict[str, str]]:
+        """Send a non-streaming chat request; return the parsed body and the headers."""
+        client = self.client(via, base_url)
+        body.setdefault("model", self.model)
+        raw = client.chat.completions.with_raw_response.create(extra_headers=headers or {}, **body)
+        return raw.parse(), {k.lower(): v for k, v in raw.headers.items()}
+
+
+def read_sse(lines: Iterator[str], result: StreamResult) -> None:
+    """Parse SSE lines into ``result``: comments kept, data validated as SDK chunks."""
+    for line in lines:
+        if not line:
+            continue
+        if line.startswith(":"):
+            result.comments.append(line[1:].strip())
+            continue
+        assert line.startswith("data: "), f"unexpected SSE line {line!r}"
+        data = line[len("data: ") :]
+        if result.done:
+            result.events_after_done += 1
+            continue
+        if data == "[DONE]":
+            result.done = True
+            continue
+        obj = json.loads(data)
+        if "error" in obj:
+            result.errors.append(obj["error"])
+            continue
+        result.add(ChatCompletionChunk.model_validate(obj))
+
+
+def _http_get(url: str, timeout: float = 5.0) -> str:
+    """GET a loopback URL and return the body text; raises on a non-2xx status."""
+    parts = urllib.parse.urlsplit(url)
+    assert parts.hostname == "127.0.0.1", f"e2e only talks to loopback, not {url}"
+    conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=timeout)
+    try:
+        conn.request("GET", parts.path or "/")
+        resp = conn.getresponse()
+        body = resp.read().decode("utf-8", errors="replace")
+    finally:
+        conn.close()
+    if not 200 <= resp.status < 300:
+        raise OSError(f"GET {url}: status {resp.status}")
+    return body
+
+
+def _env(name: str) -> str:
+    value = os.environ.get(name)
+    if not value:
+        pytest.fail(
+            f"{name} is not set: the vllm-marked tests need real vLLM servers; "
+            "run them with scripts/e2e-vllm.sh",
+            pytrace=False,
+        )
+    return value
+
+
+def _node(kind: str) -> Node:
+    up = kind.upper()
+    return Node(
+        kind=kind,
+        model=f"tiny-{kind}",
+        vllm_url=_env(f"E2E_VLLM_{up}_URL"),
+        sidecar_url=_env(f"E2E_SIDECAR_{up}_URL"),
+        sidecar_metrics_url=_env(f"E2E_SIDECAR_{up}_METRICS_URL"),
+    )
+
+
+@pytest.fixture
+def loop_node() -> Node:
+    """The model that loops inside <think> and answers with thinking off."""
+    return _node("loop")
+
+
+@pytest.fixture
+def leaky_node() -> Node:
+    """The model that also loops in content with thinking off."""
+    return _node("leaky")
+
+
+@pytest.fixture
+def healthy_node() -> Node:
+    """The model that thinks ~300 distinct tokens, closes </think> and answers."""
+    return _node("healthy")
+
+
+@pytest.fixture
+def korean_node() -> Node:
+    """The model with a Korean loop in its thinking."""
+    return _node("korean")
+
+
+def report(name: str, **data: Any) -> None:
+    """Append a measurement to the run report (``E2E_REPORT``), which the script prints."""
+    path = os.environ.get("E2E_REPORT")
+    if path:
+        with open(path, "a", encoding="utf-8") as fh:
+            fh.write(json.dumps({"test": name, **data}) + "\n")
+
+
+@pytest.fixture
+def e2e_report() -> Any:
+    """The run-report writer, as a fixture (tests cannot import this conftest)."""
+    return report
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+@contextlib.contextmanager
+def _spawned_sidecar(node: Node, config: str, tmp_path: Path) -> Iterator[str]:
+    cfg = tmp_path / "sidecar.toml"
+    cfg.write_text(config, encoding="utf-8")
+    port, mport = _free_port(), _free_port()
+    log = (tmp_path / "sidecar.log").open("wb")
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "sidecar",
+            "serve",
+            "--config",
+            str(cfg),
+            "--upstream",
+            node.vllm_url,
+            "--listen",
+            f"127.0.0.1:{port}",
+            "--metrics-listen",
+            f"127.0.0.1:{mport}",
+        ],
+        cwd=ROOT,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            if proc.poll() is not None:
+                log.flush()
+                raise AssertionError(
+                    f"sidecar exited with {proc.returncode}:\n"
+                    + (tmp_path / "sidecar.log").read_text(errors="replace")[-3000:]
+                )
+            try:
+                _http_get(url + "/v1/models", timeout=1.0)
+                break
+            except Exception:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=5)
+        log.close()
+
+
+@pytest.fixture
+def spawn_sidecar(tmp_path: Path) -> Iterator[Any]:
+    """Start an extra sidecar with a test-written TOML config in front of a node's vLLM;
+    yields ``start(node, config_text) -> base_url``. Stopped after the test."""
+    with contextlib.ExitStack() as stack:
+        count = 0
+
+        def start(node: Node, config: str) -> str:
+            nonlocal count
+            count += 1
+            sub = tmp_path / f"sidecar{count}"
+            sub.mkdir()
+            return stack.enter_context(_spawned_sidecar(node, config, sub))
+
+        yield start

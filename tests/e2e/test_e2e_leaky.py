@@ -1,0 +1,91 @@
+"""Real vLLM, leaky model (loops in content with thinking off): the ladder ends cleanly.
+
+Sidecar config from scripts/e2e-vllm.sh (``[e2e]``): ``reissue.ladder = ["no-think",
+"salvage"]``, ``reissue.max_attempts = 3``. Thinking loops, thinking off loops in content,
+salvage loops in content too, so the response must end with finish_reason ``length``.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+
+import pytest
+
+pytestmark = pytest.mark.vllm
+
+MAX_TOKENS = 8000
+USAGE = {"stream_options": {"include_usage": True}}
+
+
+def _actions(comments: list[str]) -> list[str]:
+    found = [re.search(r"\baction=(\S+)", c) for c in comments if c.startswith("runaway")]
+    return [m.group(1) for m in found if m]
+
+
+def test_ladder_is_walked_and_ends_with_length(leaky_node, e2e_report) -> None:
+    """Every step runs away; the client gets one clean stream ending in length, vLLM idles."""
+    before, _ = leaky_node.wait_idle()
+    result = leaky_node.stream(
+        messages=leaky_node.messages("ladder"), max_tokens=MAX_TOKENS, **USAGE
+    )
+    after, _ = leaky_node.wait_idle(timeout=2.0)
+    time.sleep(0.5)
+    generated = after.generation_tokens - before.generation_tokens
+    e2e_report(
+        "leaky_ladder",
+        vllm_before=before.as_dict(),
+        vllm_after=after.as_dict(),
+        generation_tokens_delta=generated,
+        comments=result.comments,
+        client_usage=result.usage.model_dump() if result.usage else None,
+    )
+
+    assert result.errors == []
+    assert result.done
+    assert result.events_after_done == 0
+    assert len(result.identity()) == 1
+    assert result.finish == {0: "length"}
+    assert _actions(result.comments) == ["reissue:no-think", "reissue:salvage", "finish"]
+    assert leaky_node.script["answer"] in result.content[0]
+    assert leaky_node.metrics().generation_tokens == after.generation_tokens
+    assert result.usage is not None
+    assert result.usage.completion_tokens <= generated < MAX_TOKENS / 2
+    # Billing stays honest: the prompt was sent (and paid for) three times.
+    assert result.usage.prompt_tokens > 0
+    assert result.usage.total_tokens == result.usage.prompt_tokens + result.usage.completion_tokens
+
+
+def test_ladder_nonstreaming(leaky_node) -> None:
+    """Non-streaming: finish_reason length, three attempts, action finish."""
+    completion, headers = leaky_node.complete(
+        messages=leaky_node.messages("ladder-ns"), max_tokens=MAX_TOKENS
+    )
+    leaky_node.wait_idle(timeout=2.0)
+    assert completion.choices[0].finish_reason == "length"
+    assert headers.get("x-runaway-action") == "finish"
+    assert headers.get("x-runaway-attempts") == "3"
+    assert headers.get("x-runaway-detector")
+
+
+def test_disconnect_during_reissue_stops_vllm(leaky_node) -> None:
+    """A client leaving while the thinking-off reissue streams makes vLLM abort it too."""
+    leaky_node.wait_idle()
+    stream = leaky_node.client().chat.completions.create(
+        model=leaky_node.model,
+        messages=leaky_node.messages("disconnect-reissue"),
+        max_tokens=MAX_TOKENS,
+        stream=True,
+    )
+    content_chunks = 0
+    for chunk in stream:  # the first attempt is reasoning only; content means the reissue
+        if any(c.delta.content for c in chunk.choices):
+            content_chunks += 1
+            if content_chunks >= 15:
+                break
+    assert content_chunks >= 15
+    assert leaky_node.metrics().running == 1
+    stream.close()
+    after, _ = leaky_node.wait_idle(timeout=1.0)
+    time.sleep(0.5)
+    assert leaky_node.metrics().generation_tokens == after.generation_tokens
