@@ -24,7 +24,13 @@ def make_app(config: Config, metrics: Metrics) -> web.Application:
     """The client-facing application: watched routes plus pass-through for the rest."""
     # The body limit is enforced by the watched handlers themselves (413 with a JSON
     # error); pass-through bodies are streamed, so aiohttp's own limit is not used.
-    app = web.Application(client_max_size=config.max_body_bytes)
+    app = web.Application(client_max_size=config.max_body_bytes, handler_args={
+        # aiohttp arms its keep-alive timer when a connection opens and clears it only
+        # once a request head is parsed: it is the header timeout (slowloris) too.
+        "keepalive_timeout": config.client_header_timeout_seconds,
+        "max_line_size": config.max_header_bytes,
+        "max_field_size": config.max_header_bytes,
+    })
     proxy = Proxy(config, metrics)
     app[PROXY] = proxy
 

@@ -88,6 +88,45 @@ class MemoryConfig:
     max_entries: int = 10_000
 
 
+Feature = Literal["code_block", "stack_trace", "math"]
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyRule:
+    """One thinking-policy rule (see ``sidecar/policy.py``). Unset conditions always hold;
+    unset actions change nothing."""
+
+    name: str
+    model: str | None = None  # regex on the model name (case-insensitive)
+    route: Literal["chat", "completions"] | None = None
+    headers: Mapping[str, str] | None = None  # header name -> regex on its value
+    system: str | None = None  # regex on the system prompt
+    last_user: str | None = None  # regex on the last user message (or the prompt)
+    features: tuple[Feature, ...] = ()  # any of these in the last user message
+    tools: bool | None = None  # True: tools present; False: none
+    max_tokens_at_least: int | None = None
+    max_tokens_at_most: int | None = None
+    thinking: Literal["on", "off"] | None = None
+    thinking_token_budget: int | None = None
+    mode: Mode | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyConfig:
+    """Per-request thinking decisions, adaptive budgets and fleet-wide memory."""
+
+    presets: tuple[str, ...] = ()  # built-in rules to enable: coding-no-think, math-think
+    rules: tuple[PolicyRule, ...] = ()  # evaluated in order, before the presets
+    adaptive_budget: bool = False  # budget = multiple x quantile of healthy thinking
+    adaptive_quantile: float = 0.99
+    adaptive_multiple: float = 3.0
+    adaptive_window: int = 500  # healthy requests remembered per model and rule
+    adaptive_min_samples: int = 20  # no adaptive budget before this many samples
+    redis_url: str | None = None  # e.g. redis://10.0.0.5:6379/0 shares memory and budgets
+    redis_prefix: str = "runaway-sidecar"
+    redis_ttl_seconds: float = 86400.0  # how long unused thinking samples stay in Redis
+
+
 @dataclass(frozen=True, slots=True)
 class Config:
     """Everything the sidecar reads at start-up and on SIGHUP."""
@@ -104,14 +143,24 @@ class Config:
     upstream_connect_timeout_seconds: float = 10.0
     upstream_read_timeout_seconds: float = 300.0  # max silence between upstream bytes
     max_body_bytes: int = 32 * 1024 * 1024  # larger client request bodies get a 413
+    # A client connection must deliver a complete request head within this many seconds
+    # of connecting (or of its previous response), else it is closed: this bounds
+    # slowloris clients and idle keep-alive connections alike.
+    client_header_timeout_seconds: float = 60.0
+    # Longest silence between two bytes of a client request body; then 408.
+    client_body_timeout_seconds: float = 60.0
+    # Longest request line or header field; longer ones get a 400 before any handler runs.
+    max_header_bytes: int = 8190
     api_key: str | None = None  # if set, clients must send "Authorization: Bearer <key>"
     detectors: DetectorConfig = field(default_factory=DetectorConfig)
     reissue: ReissueConfig = field(default_factory=ReissueConfig)
     memory: MemoryConfig = field(default_factory=MemoryConfig)
+    policy: PolicyConfig = field(default_factory=PolicyConfig)
     models: tuple[ModelOverride, ...] = ()
 
 
-TABLES: tuple[str, ...] = ("detectors", "reissue", "memory")
+TABLES: tuple[str, ...] = ("detectors", "reissue", "memory", "policy")
+PRESET_NAMES: tuple[str, ...] = ("coding-no-think", "math-think")
 
 
 def load_config(
@@ -154,6 +203,11 @@ def validate(cfg: Config) -> None:
         raise ConfigError("key 'reissue.max_attempts': must be at least 1")
     if cfg.max_body_bytes < 1024:
         raise ConfigError("key 'max_body_bytes': must be at least 1024")
+    if cfg.max_header_bytes < 1024:
+        raise ConfigError("key 'max_header_bytes': must be at least 1024")
+    for key in ("client_header_timeout_seconds", "client_body_timeout_seconds"):
+        if not getattr(cfg, key) > 0:
+            raise ConfigError(f"key '{key}': must be positive")
     for step in cfg.reissue.ladder:
         if step not in ("no-think", "salvage") and not (
             step.startswith("fallback:") and len(step) > len("fallback:")
@@ -166,6 +220,24 @@ def validate(cfg: Config) -> None:
         _check_regex(rule.match, f"reissue.rules[{i}].match")
     for i, model in enumerate(cfg.models):
         _check_regex(model.match, f"models[{i}].match")
+    policy = cfg.policy
+    for name in policy.presets:
+        if name not in PRESET_NAMES:
+            raise ConfigError(f"key 'policy.presets': unknown preset {name!r} "
+                              f"(expected one of {', '.join(PRESET_NAMES)})")
+    for i, prule in enumerate(policy.rules):
+        for key in ("model", "system", "last_user"):
+            pattern = getattr(prule, key)
+            if pattern is not None:
+                _check_regex(pattern, f"policy.rules[{i}].{key}")
+        for name, pattern in (prule.headers or {}).items():
+            _check_regex(pattern, f"policy.rules[{i}].headers.{name}")
+    if not 0 < policy.adaptive_quantile <= 1:
+        raise ConfigError("key 'policy.adaptive_quantile': must be in (0, 1]")
+    if policy.adaptive_multiple < 1 or policy.adaptive_window < 1:
+        raise ConfigError("key 'policy.adaptive_multiple': must be >= 1 (and the window >= 1)")
+    if policy.redis_url is not None and not re.match(r"^rediss?://", policy.redis_url):
+        raise ConfigError("key 'policy.redis_url': expected redis:// or rediss:// URL")
 
 
 def parse_host_port(value: str, key: str = "listen") -> tuple[str, int]:

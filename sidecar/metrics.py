@@ -284,6 +284,11 @@ class Metrics:
         self._reloads = counter(
             "config_reloads", "Config reloads (SIGHUP), by result.", ("result",)
         )
+        self._fleet_errors = counter(
+            "fleet_memory_errors",
+            "Redis calls of the fleet memory that failed (the node used local memory).",
+            ("op",),
+        )
         # Gauges need a multiprocess mode: live streams are summed over live workers;
         # build_info is the same in every worker, so max keeps it at 1.
         self._active = Gauge(
@@ -398,6 +403,10 @@ class Metrics:
     def policy_decision(self, rule: str) -> None:
         """Once per request that a policy rule decided (named in the config)."""
         self._policy.labels(rule=self._rule(rule)).inc()
+
+    def fleet_error(self, op: str) -> None:
+        """Once per failed Redis call of the fleet memory (the node fell back to local)."""
+        self._fleet_errors.labels(op=self._rule(op)).inc()
 
     def reload(self, result: ReloadResult) -> None:
         """Once per SIGHUP: ``ok`` when the new config is in force, else ``error``."""

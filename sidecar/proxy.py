@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
@@ -43,15 +44,18 @@ from sidecar.errors import (
     map_upstream_exception,
     upstream_error_body,
 )
+from sidecar.fleet import Fleet
 from sidecar.headers import forward_headers
 from sidecar.logs import access_log_fields, runaway_log_fields
-from sidecar.memory import RunawayMemory
 from sidecar.metrics import LadderStep, Metrics, Outcome
+from sidecar.policy import Decision, Policy, RequestView, header_thinking, rules_of
 from sidecar.reissue import (
+    deep_merge,
     no_think_body,
     prompt_fingerprint,
     salvage_body,
     thinking_disabled,
+    thinking_off_patch,
     useful_reasoning,
     watched_body,
 )
@@ -75,6 +79,7 @@ class Exchange:
     started: float
     client_stream: bool
     max_tokens: int | None = None
+    budget_key: str = ""
     outcome: Outcome = "ok"
     upstream_status: int | None = None
     verdicts: list[Verdict] = field(default_factory=list)
@@ -105,7 +110,8 @@ class Proxy:
     def __init__(self, config: Config, metrics: Metrics) -> None:
         self.config = config
         self.metrics = metrics
-        self.memory = RunawayMemory(config.memory.ttl_seconds, config.memory.max_entries)
+        self.fleet = Fleet(config, metrics)
+        self.policy = Policy(rules_of(config.policy.rules, config.policy.presets))
         self._base = config.upstream.rstrip("/")
         self._session: aiohttp.ClientSession | None = None
         self.draining = False
@@ -127,13 +133,16 @@ class Proxy:
         )
 
     async def close(self) -> None:
-        """Close the upstream pool."""
+        """Close the upstream pool and the fleet memory's Redis pool."""
         if self._session is not None:
             await self._session.close()
+        await self.fleet.close()
 
     def reconfigure(self, config: Config) -> None:
-        """Take a reloaded config for requests that start from now on (upstream is fixed)."""
+        """Take a reloaded config for requests that start from now on. The upstream, the
+        runaway memory and the adaptive budgets (and their Redis) stay as they were."""
         self.config = config
+        self.policy = Policy(rules_of(config.policy.rules, config.policy.presets))
 
     @property
     def session(self) -> aiohttp.ClientSession:
@@ -164,7 +173,11 @@ class Proxy:
         started = time.monotonic()
         if not request.raw_path.startswith("/"):
             return _json_error(400, "request target must be a path", "BadRequestError")
-        data: Any = body if body is not None else (request.content if request.body_exists else None)
+        data: Any = body
+        timed: _TimedBody | None = None
+        if body is None and request.body_exists:
+            timed = _TimedBody(request, self.config.client_body_timeout_seconds)
+            data = timed.chunks()
         resp: web.StreamResponse | None = None
         status: int | None = None
         outcome: Outcome = "ok"
@@ -196,6 +209,9 @@ class Proxy:
                 outcome = "client_disconnect"
                 self.metrics.client_disconnect("passthrough")
                 raise
+            if timed is not None and timed.timed_out and resp is None:
+                outcome = "rejected"  # the client's body stalled, not the upstream
+                return _body_timeout_response()
             err = map_upstream_exception(exc, headers_received=resp is not None)
             self.metrics.upstream_error(err.kind)
             outcome = "upstream_error"
@@ -231,7 +247,7 @@ class Proxy:
             raise RequestTooLarge
         chunks: list[bytes] = []
         size = 0
-        async for chunk in request.content.iter_any():
+        async for chunk in _timed_body(request, self.config.client_body_timeout_seconds):
             size += len(chunk)
             if size > limit:
                 raise RequestTooLarge
@@ -246,6 +262,9 @@ class Proxy:
             self.metrics.request_done(route, "rejected")
             return _json_error(413, f"request body exceeds {cfg.max_body_bytes} bytes",
                                "RequestTooLargeError")
+        except ClientBodyTimeout:
+            self.metrics.request_done(route, "rejected")
+            return _body_timeout_response()
         try:
             body = orjson.loads(raw)
         except orjson.JSONDecodeError:
@@ -254,34 +273,27 @@ class Proxy:
             # Not ours to judge: vLLM answers malformed requests with its own 400.
             return await self.passthrough(request, raw)
         model = body.get("model") if isinstance(body.get("model"), str) else None
-        override = model_override(cfg, model or "")
-        header_mode = request.headers.get("X-Runaway-Mode")
-        if header_mode is not None and header_mode not in MODES:
+        plan = await self._plan(request, route, body, model)
+        if isinstance(plan, web.StreamResponse):
             self.metrics.request_done(route, "rejected", model)
-            return _json_error(400, "X-Runaway-Mode must be one of enforce, cut, shadow, off",
-                               "BadRequestError", param="X-Runaway-Mode")
-        mode: Mode = header_mode or (override.mode if override and override.mode else cfg.mode)
+            return plan
+        mode, detectors, decision, budget_key = plan
         if mode == "off":
             return await self.passthrough(request, raw)
-        try:
-            budget = resolve_thinking_budget(
-                cfg.detectors.thinking_token_budget,
-                override.thinking_token_budget if override else None,
-                body.get("thinking_token_budget"),
-                request.headers.get("X-Thinking-Budget"),
-            )
-        except ValueError as exc:
-            self.metrics.request_done(route, "rejected", model)
-            return _json_error(400, str(exc), "BadRequestError", param="thinking_token_budget")
-        seconds_budget = (override.thinking_seconds_budget if override and
-                          override.thinking_seconds_budget is not None
-                          else cfg.detectors.thinking_seconds_budget)
-        detectors = _with_budgets(cfg.detectors, budget, seconds_budget)
+        if decision.thinking == "off" and decision.source != "client" and not thinking_disabled(
+                body):
+            body = deep_merge(body, thinking_off_patch(model or "", cfg.reissue.rules))
+            raw = orjson.dumps(body)
         ex = Exchange(route=route, model=model, mode=mode,
                       request_id=request.headers.get("X-Request-Id") or uuid.uuid4().hex,
                       started=asyncio.get_running_loop().time(),
                       client_stream=body.get("stream") is True,
-                      max_tokens=_max_tokens(body))
+                      max_tokens=_max_tokens(body), budget_key=budget_key)
+        if decision.source != "default":
+            if decision.rule is not None:
+                self.metrics.policy_decision(decision.rule)
+            log.info("policy", request_id=ex.request_id, model=model, rule=decision.rule,
+                     source=decision.source, thinking=decision.thinking, reason=decision.reason)
         sink: _Sink = _StreamSink(request) if ex.client_stream else _BodySink(route)
         self.metrics.stream_started()
         try:
@@ -305,6 +317,41 @@ class Proxy:
             self.metrics.stream_ended()
             self._account(request, ex, sink)
 
+    async def _plan(
+        self, request: web.Request, route: Route, body: dict[str, Any], model: str | None,
+    ) -> web.Response | tuple[Mode, DetectorConfig, Decision, str]:
+        """Decide, before the first token, the mode, the thinking policy and the budgets;
+        or answer 400 for a bad per-request control."""
+        cfg = self.config
+        override = model_override(cfg, model or "")
+        header_mode = request.headers.get("X-Runaway-Mode")
+        if header_mode is not None and header_mode not in MODES:
+            return _json_error(400, "X-Runaway-Mode must be one of enforce, cut, shadow, off",
+                               "BadRequestError", param="X-Runaway-Mode")
+        try:
+            header = header_thinking(request.headers.get("X-Thinking"))
+        except ValueError as exc:
+            return _json_error(400, str(exc), "BadRequestError", param="X-Thinking")
+        view = RequestView.of(body, route, request.headers, _max_tokens(body))
+        decision = self.policy.decide(view, body, header)
+        mode: Mode = (header_mode or decision.mode
+                      or (override.mode if override and override.mode else cfg.mode))
+        model_budget = (decision.thinking_token_budget if decision.thinking_token_budget
+                        is not None else override.thinking_token_budget if override else None)
+        try:
+            budget = resolve_thinking_budget(
+                cfg.detectors.thinking_token_budget, model_budget,
+                body.get("thinking_token_budget"), request.headers.get("X-Thinking-Budget"))
+        except ValueError as exc:
+            return _json_error(400, str(exc), "BadRequestError", param="thinking_token_budget")
+        budget_key = f"{self.metrics.model_label(model)}|{decision.rule or '-'}"
+        if budget is None and cfg.policy.adaptive_budget and decision.thinking != "off":
+            budget = await self.fleet.budget(budget_key)
+        seconds_budget = (override.thinking_seconds_budget if override and
+                          override.thinking_seconds_budget is not None
+                          else cfg.detectors.thinking_seconds_budget)
+        return mode, _with_budgets(cfg.detectors, budget, seconds_budget), decision, budget_key
+
     async def _serve(self, request: web.Request, ex: Exchange, body: dict[str, Any], raw: bytes,
                      detectors: DetectorConfig, sink: _Sink) -> None:
         """Run the first attempt and, after a cut, the reissue ladder."""
@@ -318,7 +365,7 @@ class Proxy:
         upstream_body: dict[str, Any] | None = None
         upstream_raw: bytes | None = raw if ex.client_stream else None
         if (cfg.memory.enabled and ex.mode == "enforce" and not thinking_disabled(body)
-                and self.memory.recalls(fingerprint, loop.time())):
+                and await self.fleet.recalls(fingerprint, loop.time())):
             upstream_body = no_think_body(body, cfg.reissue.rules, client_stream=ex.client_stream,
                                           open_choices=len(open_choices))
             upstream_raw = None
@@ -374,9 +421,12 @@ class Proxy:
                 if attempt.error is not None and attempt.number == 0:
                     ex.outcome = "upstream_error"
                     self.metrics.upstream_error("status_5xx")
+                elif (verdict is None and attempt.number == 0 and cfg.policy.adaptive_budget
+                      and attempt.first_content_at is not None and ex.thinking_tokens > 0):
+                    await self.fleet.observe_thinking(ex.budget_key, ex.thinking_tokens)
                 return
             self._record_verdict(ex, attempt, verdict)
-            self.memory.remember(fingerprint, loop.time())
+            await self.fleet.remember(fingerprint, loop.time())
             if attempt.number > 0:
                 self._reissue_done(ex, step, "runaway")
             finished |= _finished_client(attempt)
@@ -658,6 +708,50 @@ class _BodySink(_Sink):
 
 
 # -- helpers ---------------------------------------------------------------------------------
+
+
+class ClientBodyTimeout(Exception):
+    """The client went silent for longer than ``client_body_timeout_seconds`` mid-body."""
+
+
+async def _timed_body(request: web.Request, silence: float) -> AsyncIterator[bytes]:
+    """The request body as it arrives; raises ``ClientBodyTimeout`` when no byte came for
+    ``silence`` seconds (a slowloris body must not hold a handler, or an upstream
+    connection, forever)."""
+    reader = request.content
+    while True:
+        try:
+            async with asyncio.timeout(silence):
+                chunk = await reader.readany()
+        except TimeoutError:
+            raise ClientBodyTimeout from None
+        if not chunk:
+            return
+        yield chunk
+
+
+class _TimedBody:
+    """A pass-through request body for the upstream client, remembering whether it ended
+    because the client stalled (aiohttp wraps the reason in a ``ClientConnectionError``)."""
+
+    def __init__(self, request: web.Request, timeout: float) -> None:
+        self._request, self._timeout = request, timeout
+        self.timed_out = False
+
+    async def chunks(self) -> AsyncIterator[bytes]:
+        try:
+            async for chunk in _timed_body(self._request, self._timeout):
+                yield chunk
+        except ClientBodyTimeout:
+            self.timed_out = True
+            raise
+
+
+def _body_timeout_response() -> web.Response:
+    resp = _json_error(408, "request body not received in time", "RequestTimeoutError")
+    resp.force_close()  # the rest of the body may still trickle in: do not read it
+    return resp
+
 
 
 def _json_error(status: int, message: str, error_type: str,

@@ -17,8 +17,10 @@ import dataclasses
 import signal
 from collections.abc import Callable
 
+import orjson
 import structlog
 from aiohttp import web
+from aiohttp.typedefs import Handler
 from prometheus_client import CollectorRegistry
 
 from sidecar import __version__, sdnotify
@@ -28,10 +30,28 @@ from sidecar.errors import ConfigError
 from sidecar.health import make_metrics_app
 from sidecar.logs import configure_logging
 from sidecar.metrics import Metrics
+from sidecar.proxy import Proxy
 
 log = structlog.get_logger("runaway_sidecar")
 
 _RESTART_ONLY = ("upstream", "listen", "metrics_listen", "workers")
+
+
+def debug_policy_handler(proxy: Proxy) -> Handler:
+    """Read-only view of the thinking policy: rules in order, adaptive budgets, memory."""
+
+    async def handler(_request: web.Request) -> web.Response:
+        cfg = proxy.config.policy
+        body = {
+            "rules": [dataclasses.asdict(rule) for rule in proxy.policy.rules],
+            "presets": list(cfg.presets),
+            "adaptive_budget": cfg.adaptive_budget,
+            **proxy.fleet.snapshot(),
+        }
+        return web.Response(body=orjson.dumps(body, default=dict),
+                            content_type="application/json")
+
+    return handler
 
 
 async def run_server(
@@ -52,8 +72,10 @@ async def run_server(
     await runner.setup()
     host, port = parse_host_port(cfg.listen)
     await web.TCPSite(runner, host, port, reuse_port=reuse_port or None).start()
-    metrics_runner = web.AppRunner(make_metrics_app(registry, proxy.upstream_ready),
-                                   access_log=None)
+    metrics_runner = web.AppRunner(
+        make_metrics_app(registry, proxy.upstream_ready,
+                         extra_routes=[web.get("/debug/policy", debug_policy_handler(proxy))]),
+        access_log=None)
     await metrics_runner.setup()
     mhost, mport = parse_host_port(cfg.metrics_listen, "metrics_listen")
     await web.TCPSite(metrics_runner, mhost, mport, reuse_port=reuse_port or None).start()
