@@ -34,6 +34,7 @@ TOKENS = 100_000
 
 NEVER_FIRE = DetectorConfig(
     recurrence_threshold=2.0,
+    recurrence_evidence=1e9,
     periodic_min_repeats=10**9,
     salad_run_tokens=10**9,
     symbol_run_tokens=10**9,

@@ -58,6 +58,8 @@ def text_analyzers(config: DetectorConfig) -> list[AnalyzerFactory]:
                     config.recurrence_min_seen,
                     config.recurrence_window_blocks,
                     config.recurrence_threshold,
+                    config.recurrence_drift,
+                    config.recurrence_evidence,
                 ),
             )
         )

@@ -34,6 +34,11 @@ class DetectorConfig:
     recurrence_window_blocks: int = 4
     #: Fire when this share of the window's shingles are recurring (0..1).
     recurrence_threshold: float = 0.76
+    #: Accumulated evidence: each block adds its share of already-seen shingles minus this
+    #: drift (0..1), never going below 0 (a one-sided CUSUM over the whole stream).
+    recurrence_drift: float = 0.45
+    #: Fire when the accumulated evidence reaches this value (healthy max seen: 1.49).
+    recurrence_evidence: float = 2.5
 
     #: Run the exact periodic-tail detector.
     periodic_enabled: bool = True

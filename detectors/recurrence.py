@@ -1,11 +1,21 @@
 """Recurrence: near-identical segments keep coming back with no new content.
 
 This is the central loop signal. Every pseudo-token k-gram (shingle) of the channel is
-hashed into a bounded counting table that remembers the last ``history`` shingles. A shingle
-*recurs* when it was already seen ``min_seen`` times (so a paragraph re-checked once does not
-count, its third copy does). The score is the share of recurring shingles over a sliding
-window of blocks; a loop keeps it near 1 while healthy reasoning, which re-checks a step
-once and moves on, stays well below.
+hashed into a bounded table that counts the shingles among the last ``history`` ones. Per
+256-character block two shares are measured: ``seen1``, the share of the block's shingles
+already seen at least once, and ``seen2``, the share already seen ``min_seen`` (2) times.
+Two rules read them:
+
+- *window*: ``seen2`` averaged over a sliding window of blocks reaches ``threshold``. The
+  third copy of anything counts, so a paragraph re-checked once does not; a verbatim loop
+  keeps the score near 1 while healthy reasoning stays well below.
+- *accumulation* (a one-sided CUSUM over the whole stream): ``S = max(0, S + seen1 -
+  drift)`` fires when ``S`` reaches ``evidence``. A block that is mostly copied from the
+  recent past adds to ``S``; a block of fresh text takes up to ``drift`` off again. A
+  healthy trace re-checks a step once and moves on, so its copied bursts stay short and
+  drain (on the calibration traces ``S`` never passed 1.5); a loop keeps copying, so
+  ``S`` keeps growing whatever the order or the length of its copies, and it fires
+  during the second or third copy instead of waiting for a window full of third copies.
 
 Verbatim paragraphs repeated in a shifting order (A A B A C ...), numbered restarts
 ("787. Fill ... 788. Fill ...") and phrase-level loops all score the same way: the order of
@@ -13,8 +23,11 @@ recurrence does not matter, only that the text brings nothing new. A number that
 line is folded to ``#`` so a counter that keeps going does not look like new content;
 other numbers are kept, so "Year 5: ... Year 6: ..." arithmetic still reads as progress.
 
-Memory: a ``4 * history`` byte count table plus a ``history`` ring of 2-byte slots
-(32 + 16 = 48 KiB at the default 8192) and a window of a few integers.
+The table has ``2 * history`` one-byte counters, each with a one-byte fingerprint, probed
+in pairs (slot, slot ^ 1): a shingle is *seen* only when its fingerprint matches, so
+collisions do not fake recurrence (a full pair drops the shingle, which can only
+under-count). Memory: ``2 * history`` counters + ``2 * history`` fingerprints + a
+``history`` ring of 2-byte slots (16 + 16 + 16 = 48 KiB at the default 8192).
 """
 
 from __future__ import annotations
@@ -30,6 +43,10 @@ from detectors.blocks import Block
 _MASK = (1 << 64) - 1
 _BASE = 0x100000001B3
 _MIX = 0x9E3779B97F4A7C15
+#: Ring entry of a shingle the table had no room for (nothing to forget when it expires).
+_DROPPED = 0xFFFF
+#: Blocks with fewer shingles than this (symbol runs) leave the evidence as it is.
+_MIN_SHINGLES = 8
 
 
 class RecurrenceAnalyzer:
@@ -38,6 +55,9 @@ class RecurrenceAnalyzer:
     __slots__ = (
         "_bits",
         "_counts",
+        "_drift",
+        "_evidence",
+        "_fps",
         "_hist",
         "_k",
         "_last",
@@ -50,6 +70,7 @@ class RecurrenceAnalyzer:
         "_rolling",
         "_rpos",
         "_same",
+        "_score",
         "_seen_tokens",
         "_sum_n",
         "_sum_rec",
@@ -59,20 +80,31 @@ class RecurrenceAnalyzer:
     )
 
     def __init__(
-        self, shingle: int, history: int, min_seen: int, window_blocks: int, threshold: float
+        self,
+        shingle: int,
+        history: int,
+        min_seen: int,
+        window_blocks: int,
+        threshold: float,
+        drift: float = 0.45,
+        evidence: float = 2.5,
     ) -> None:
         if history & (history - 1) or not 256 <= history <= 16384:
             raise ValueError("recurrence_history must be a power of two in 256..16384")
         self._k = shingle
         self._hist = history
-        table = history * 4
+        table = history * 2
         self._bits = table.bit_length() - 1
         self._counts = bytearray(table)
+        self._fps = bytearray(table)
         self._ring = array("H", bytes(2 * history))
         self._rpos = 0
         self._n = 0
         self._min_seen = min_seen
         self._threshold = threshold
+        self._drift = drift
+        self._evidence = evidence
+        self._score = 0.0
         self._window = window_blocks
         self._win: deque[tuple[int, int]] = deque()
         self._sum_n = 0
@@ -86,21 +118,28 @@ class RecurrenceAnalyzer:
         self._prev = "\n"
         self._same = ""
 
+    @property
+    def evidence(self) -> float:
+        """The accumulated evidence so far (the CUSUM ``S`` of the module docstring)."""
+        return self._score
+
     def analyze(self, block: Block) -> Finding | None:
-        """Score the block's shingles and the sliding window; report when over threshold."""
+        """Score the block's shingles, then the window and the accumulated evidence."""
         counts = self._counts
+        fps = self._fps
         ring = self._ring
         last = self._last
         k = self._k
         hist = self._hist
         min_seen = self._min_seen
         shift = 64 - self._bits
+        fshift = shift - 8
         rolling = self._rolling
         li = self._li
         rpos = self._rpos
         n_seen = self._seen_tokens
         top = 0
-        rec = n = 0
+        rec = rec1 = n = 0
         at_line_start = self._prev == "\n"
         same = self._same
         for raw in block.toks:
@@ -124,17 +163,33 @@ class RecurrenceAnalyzer:
             n_seen += 1
             if n_seen < k:
                 continue
-            slot = ((rolling * _MIX) & _MASK) >> shift
+            mixed = (rolling * _MIX) & _MASK
+            slot = mixed >> shift
+            fp = (mixed >> fshift) & 0xFF
             c = counts[slot]
+            if not c or fps[slot] != fp:
+                alt = slot ^ 1
+                c2 = counts[alt]
+                if c2 and fps[alt] == fp:
+                    slot, c = alt, c2
+                elif not c:
+                    fps[slot] = fp
+                elif not c2:
+                    slot, c = alt, 0
+                    fps[alt] = fp
+                else:
+                    slot, c = _DROPPED, 0
             n += 1
-            if c >= min_seen:
-                rec += 1
-                top = max(top, c)
-            if c < 255:
+            if c:
+                rec1 += 1
+                if c >= min_seen:
+                    rec += 1
+                    top = max(top, c)
+            if slot != _DROPPED and c < 255:
                 counts[slot] = c + 1
             if self._n >= hist:
                 o = ring[rpos]
-                if counts[o]:
+                if o != _DROPPED and counts[o]:
                     counts[o] -= 1
             else:
                 self._n += 1
@@ -143,6 +198,8 @@ class RecurrenceAnalyzer:
         self._rolling, self._li, self._rpos, self._seen_tokens = rolling, li, rpos, n_seen
         self._prev = "\n" if at_line_start else ""
         self._same = same
+        if n >= _MIN_SHINGLES:
+            self._score = max(0.0, self._score + rec1 / n - self._drift)
         win = self._win
         win.append((rec, n))
         self._sum_rec += rec
@@ -151,6 +208,12 @@ class RecurrenceAnalyzer:
             r0, n0 = win.popleft()
             self._sum_rec -= r0
             self._sum_n -= n0
+        if self._score >= self._evidence:
+            return Finding(
+                f"copied text kept accumulating: {self._score:.2f} blocks' worth above "
+                f"a drift of {self._drift:.2f} per block",
+                Evidence(excerpt(block.text), 0, top + 1 if top else 2),
+            )
         if len(win) < self._window or self._sum_n < 8 * self._window:
             return None
         score = self._sum_rec / self._sum_n

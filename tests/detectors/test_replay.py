@@ -38,19 +38,25 @@ def test_false_alarms(results: dict[str, list[ReplayResult]]) -> None:
     assert sum(r.detected for r in results["healthy"]) <= 1
 
 
-@pytest.mark.xfail(reason="open: medium non-verbatim loops look like long healthy reasoning")
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: 53% (23/43); the 20 medium no-end loops score no higher than long healthy"
+    " traces on every repetition or novelty measure tried",
+)
 def test_all_loops_recall(results: dict[str, list[ReplayResult]]) -> None:
     """Target: at least 90% of all loops are caught."""
     assert summarize(results["loops"])["all"]["recall"] >= 0.90
 
 
-@pytest.mark.xfail(reason="open: fires after the third recurrence, median ~4.6k chars late")
 def test_detection_delay(results: dict[str, list[ReplayResult]]) -> None:
     """Target: median detection at most 1,000 characters after the marked onset."""
     assert summarize(results["loops"])["all"]["median_delay_chars"] <= 1000
 
 
-@pytest.mark.xfail(reason="open: only the caught loops are cut (about 28%)")
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: 32% cut; the uncaught medium no-end loops hold 39% of all loop reasoning",
+)
 def test_reasoning_cut_share(results: dict[str, list[ReplayResult]]) -> None:
     """Target: at least 45% of all loop reasoning is cut."""
     assert summarize(results["loops"])["all"]["reasoning_cut_share"] >= 0.45

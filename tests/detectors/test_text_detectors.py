@@ -30,10 +30,12 @@ def test_recurrence_catches_shifting_order_paragraphs() -> None:
 
 
 def test_recurrence_ignores_one_restatement() -> None:
-    """Restating a long passage once (a re-check) is not a loop."""
-    words = [f"step{i} gives value {i * 7 % 13} then we add {i} more" for i in range(120)]
+    """Restating a step once (a re-check, here ~700 characters) is not a loop."""
+    words = [f"step{i} gives value {i * 7 % 13} then we add {i} more" for i in range(20)]
     passage = ", ".join(words) + ".\n"
-    text = passage + "Let me double-check that:\n" + passage + "So the answer is 42.\n"
+    fresh = [f"item{i} costs {i * 11 % 17} so the total is {i * 3} now" for i in range(300)]
+    text = passage + "Let me double-check that:\n" + passage + ", ".join(fresh) + ".\n"
+    assert len(passage) > 600
     assert feed_text(text) is None
 
 

@@ -1,0 +1,85 @@
+"""The recurrence detector's accumulated evidence and its fingerprinted shingle table."""
+
+from __future__ import annotations
+
+from detector_helpers import feed_text, load
+
+from detectors import DetectorConfig
+from detectors.blocks import Blocker
+from detectors.recurrence import RecurrenceAnalyzer
+from detectors.replay import split_stream
+
+
+def _reasoning(index: int) -> str:
+    record = load("healthy")[index]
+    start, end, _ = split_stream(record["text"])
+    return str(record["text"][start:end])
+
+
+def _scores(text: str, config: DetectorConfig) -> list[float]:
+    """The accumulated evidence after each block of ``text`` (thresholds out of reach)."""
+    analyzer = RecurrenceAnalyzer(
+        config.recurrence_shingle,
+        config.recurrence_history,
+        config.recurrence_min_seen,
+        config.recurrence_window_blocks,
+        2.0,
+        config.recurrence_drift,
+        float("inf"),
+    )
+    scores = []
+    for block in Blocker().push(text) or []:
+        assert analyzer.analyze(block) is None
+        scores.append(analyzer.evidence)
+    return scores
+
+
+def test_fresh_text_builds_no_evidence() -> None:
+    """Text that never repeats a shingle (17k tokens, past the history) scores 0 throughout:
+    fingerprints keep table collisions from faking recurrence."""
+    text = " ".join(f"w{i}x{i * 7919 % 10007}" for i in range(17000))
+    assert max(_scores(text, DetectorConfig())) == 0.0
+
+
+def test_healthy_reasoning_stays_below_half_the_threshold() -> None:
+    """A long real healthy trace never gets near the evidence threshold."""
+    config = DetectorConfig()
+    assert max(_scores(_reasoning(32), config)) < config.recurrence_evidence / 2
+
+
+def test_accumulation_fires_before_the_window_rule() -> None:
+    """A paragraph loop after real reasoning fires on accumulated evidence during its second
+    or third copy, well before a window full of third copies."""
+    head = _reasoning(14)[:6000]
+    paragraph = _reasoning(15)[3000:4200]
+    verdict = feed_text(head + paragraph * 6)
+    assert verdict is not None
+    assert verdict.detector == "recurrence"
+    assert "accumulating" in verdict.reason
+    assert verdict.at_char < len(head) + 2 * len(paragraph) + 512
+    # Without the accumulation rule only the window of third copies fires, later.
+    late = feed_text(head + paragraph * 6, config=DetectorConfig(recurrence_evidence=1e9))
+    assert late is not None
+    assert late.at_char > verdict.at_char
+
+
+def test_evidence_drains_after_a_burst() -> None:
+    """A copied burst raises the evidence, fresh text brings it back to 0."""
+    text = _reasoning(19)
+    burst = text[:6000] + text[1000:1700] + text[6000:16000]
+    scores = _scores(burst, DetectorConfig())
+    assert max(scores) > 0.5
+    assert scores[-1] == 0.0
+
+
+def test_interleaved_copies_accumulate() -> None:
+    """Copies of a few paragraphs in a shifting order with fresh sentences between them keep
+    adding evidence: the order and the gaps do not reset it."""
+    source = _reasoning(16)
+    paras = [source[i : i + 500] for i in (2000, 3000, 4000)]
+    fresh = [source[i : i + 120] for i in range(8000, 16000, 400)]
+    order = [0, 1, 0, 2, 1, 0, 2, 2, 1, 0, 1, 2]
+    text = source[:2000] + "".join(paras[j] + fresh[n] for n, j in enumerate(order))
+    verdict = feed_text(text)
+    assert verdict is not None
+    assert verdict.detector == "recurrence"
