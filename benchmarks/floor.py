@@ -1,0 +1,123 @@
+"""The floor: the cheapest proxies that do the sidecar's job, to measure it against.
+
+Run from the repository root::
+
+    .venv/bin/python -m benchmarks.floor --kind passthrough --listen 127.0.0.1:8101 \\
+        --upstream http://127.0.0.1:8001
+    .venv/bin/python -m benchmarks.floor --kind parsing --listen 127.0.0.1:8102 \\
+        --upstream http://127.0.0.1:8001
+
+- ``passthrough``: relays ``POST /v1/chat/completions`` and ``/v1/completions``, status,
+  content type and body bytes as they arrive. Nothing else.
+- ``parsing``: the same, and also splits the body into SSE events (LF framing, as vLLM
+  sends), ``orjson.loads`` each ``data:`` payload and reads the delta text of every
+  choice, then forwards the original bytes of the completed events. This is the least
+  work any stream-watching proxy has to do.
+
+Both use one upstream connection pool per process and uvloop when installed, like the
+sidecar. No logging, no metrics, no error mapping: they are floors, not products.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+from typing import Any
+
+import aiohttp
+import orjson
+from aiohttp import web
+
+_DROP = frozenset({"host", "content-length", "transfer-encoding", "connection",
+                   "accept-encoding", "keep-alive"})
+
+
+def delta_text(obj: Any) -> int:
+    """The characters of delta text one parsed chunk carries (what a watcher reads)."""
+    n = 0
+    if not isinstance(obj, dict):
+        return 0
+    for choice in obj.get("choices") or ():
+        delta = choice.get("delta")
+        if isinstance(delta, dict):
+            for key in ("reasoning", "reasoning_content", "content"):
+                text = delta.get(key)
+                if isinstance(text, str):
+                    n += len(text)
+        else:
+            text = choice.get("text")
+            if isinstance(text, str):
+                n += len(text)
+    return n
+
+
+def make_app(upstream: str, *, parsing: bool) -> web.Application:
+    """The floor proxy application."""
+    app = web.Application()
+    holder: dict[str, aiohttp.ClientSession] = {}
+
+    async def pool(_app: web.Application) -> Any:
+        holder["s"] = aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(limit=0),
+            timeout=aiohttp.ClientTimeout(total=None, sock_read=120),
+            auto_decompress=False)
+        yield
+        await holder["s"].close()
+
+    app.cleanup_ctx.append(pool)
+
+    async def handle(request: web.Request) -> web.StreamResponse:
+        body = await request.read()
+        headers = {k: v for k, v in request.headers.items() if k.lower() not in _DROP}
+        async with holder["s"].post(upstream + request.path, data=body, headers=headers) as up:
+            resp = web.StreamResponse(status=up.status)
+            resp.content_type = up.content_type
+            await resp.prepare(request)
+            reader = up.content
+            if not parsing:
+                while chunk := await reader.readany():
+                    await resp.write(chunk)
+            else:
+                buf = b""
+                chars = 0
+                while chunk := await reader.readany():
+                    buf = buf + chunk if buf else chunk
+                    end = buf.rfind(b"\n\n")
+                    if end < 0:
+                        continue
+                    done, buf = buf[: end + 2], buf[end + 2 :]
+                    for event in done.split(b"\n\n"):
+                        if event.startswith(b"data: ") and event != b"data: [DONE]":
+                            chars += delta_text(orjson.loads(event[6:]))
+                    await resp.write(done)
+                if buf:
+                    await resp.write(buf)
+            await resp.write_eof()
+            return resp
+
+    app.router.add_post("/v1/chat/completions", handle)
+    app.router.add_post("/v1/completions", handle)
+    return app
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--kind", choices=("passthrough", "parsing"), required=True)
+    parser.add_argument("--listen", default="127.0.0.1:8101", metavar="HOST:PORT")
+    parser.add_argument("--upstream", required=True, help="e.g. http://127.0.0.1:8001")
+    args = parser.parse_args(argv)
+    try:
+        import uvloop
+    except ImportError:
+        pass
+    else:
+        asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
+    host, _, port = args.listen.rpartition(":")
+    web.run_app(make_app(args.upstream.rstrip("/"), parsing=args.kind == "parsing"),
+                host=host, port=int(port), access_log=None, print=None,
+                handler_cancellation=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,121 @@
+"""Hot-path microbenchmark: CPU per SSE event of the sidecar's pure pipeline vs the floor.
+
+Run from the repository root: ``.venv/bin/python -m benchmarks.hotpath [--reps 5]``
+
+The input is what the load benchmark streams: ``sim-healthy`` chat streams taken from
+the simulator (in-process, unpaced), split into one chunk per SSE event, as a paced
+upstream delivers them. Timed per event, best of ``reps`` (medians hide nothing here:
+the work is deterministic; the best run is the one least disturbed by other processes):
+
+- ``floor``: what the bare parsing proxy does (split SSE, ``orjson.loads``, read the
+  delta text);
+- ``watch-nodetect``: ``Attempt.feed`` of a first attempt with a chain whose detectors
+  are all out of reach and cheap (budgets only): SSE decoding + stream model + state;
+- ``watch-shadow`` / ``watch-enforce``: ``Attempt.feed`` with the default detector chain.
+
+This isolates the pure per-event work from socket I/O, which the load benchmark
+(``benchmarks.run paced``) measures end to end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import time
+from dataclasses import replace
+
+import aiohttp
+import orjson
+from aiohttp.test_utils import TestServer
+
+from benchmarks.floor import delta_text
+from detectors import DetectorConfig
+from sidecar.simulator import SimulatorConfig, make_simulator_app
+from sidecar.watch import Attempt
+
+
+async def _streams(count: int, max_tokens: int) -> list[list[bytes]]:
+    server = TestServer(make_simulator_app(SimulatorConfig(tokens_per_second=0)),
+                        host="127.0.0.1")
+    await server.start_server()
+    out: list[list[bytes]] = []
+    try:
+        async with aiohttp.ClientSession() as session:
+            for i in range(count):
+                body = {"model": "sim-healthy", "stream": True, "max_tokens": max_tokens,
+                        "messages": [{"role": "user", "content": f"hot {i}"}]}
+                async with session.post(server.make_url("/v1/chat/completions"),
+                                        json=body) as resp:
+                    raw = await resp.read()
+                events = [e + b"\n\n" for e in raw.split(b"\n\n") if e]
+                out.append(events)
+    finally:
+        await server.close()
+    return out
+
+
+def _floor(stream: list[bytes]) -> int:
+    chars = 0
+    buf = b""
+    for chunk in stream:
+        buf = buf + chunk if buf else chunk
+        end = buf.rfind(b"\n\n")
+        if end < 0:
+            continue
+        done, buf = buf[: end + 2], buf[end + 2 :]
+        for event in done.split(b"\n\n"):
+            if event.startswith(b"data: ") and event != b"data: [DONE]":
+                chars += delta_text(orjson.loads(event[6:]))
+    return chars
+
+
+def _watch(stream: list[bytes], detectors: DetectorConfig, stop: bool) -> int:
+    attempt = Attempt(route="chat", number=0, detectors=detectors, started_at=0.0,
+                      stop_on_verdict=stop)
+    sent = 0
+    now = 0.0
+    for chunk in stream:
+        now += 0.02
+        sent += len(attempt.feed(chunk, now))
+    sent += len(attempt.eof(now))
+    if attempt.verdict is not None:
+        raise RuntimeError(f"a detector fired on healthy text: {attempt.verdict}")
+    return sent
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--streams", type=int, default=12)
+    parser.add_argument("--max-tokens", type=int, default=1500)
+    parser.add_argument("--reps", type=int, default=5)
+    args = parser.parse_args(argv)
+    streams = asyncio.run(_streams(args.streams, args.max_tokens))
+    events = sum(len(s) for s in streams)
+    defaults = DetectorConfig()
+    nodetect = replace(defaults, degeneration_enabled=False, periodic_enabled=False,
+                       recurrence_enabled=False, stall_seconds=None)
+    cases = {
+        "floor": _floor,
+        "watch-nodetect": lambda s: _watch(s, nodetect, True),
+        "watch-shadow": lambda s: _watch(s, defaults, False),
+        "watch-enforce": lambda s: _watch(s, defaults, True),
+    }
+    results: dict[str, float] = {}
+    for name, fn in cases.items():
+        best = float("inf")
+        for _ in range(args.reps):
+            t0 = time.process_time()
+            for s in streams:
+                fn(s)
+            best = min(best, time.process_time() - t0)
+        results[name] = best / events * 1e6
+    print(json.dumps({"events": events, "us_per_event": {k: round(v, 2)
+                                                        for k, v in results.items()},
+                      "ratio_to_floor": {k: round(v / results["floor"], 2)
+                                         for k, v in results.items()}}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,156 @@
+"""Processes under test: start them on free loopback ports, read their CPU time and RSS.
+
+CPU time comes from ``/proc/PID/stat`` (Linux): utime + stime of a process (all its
+threads) summed over it and its live descendants, in clock ticks (10 ms; runs are long
+enough that this is under 1 % of the figure). Descendants count because
+``serve --workers N`` proxies in child processes. No psutil: ``/proc`` says all that is needed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PYTHON = sys.executable
+_TICK = os.sysconf("SC_CLK_TCK")
+
+
+def free_port() -> int:
+    """A free TCP port on 127.0.0.1 (released at once; fine for a benchmark)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def descendants(pid: int) -> list[int]:
+    """``pid`` and every process below it."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        children.setdefault(ppid, []).append(int(entry.name))
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        todo.extend(children.get(p, ()))
+    return out
+
+
+def _cpu_of(pid: int) -> float:
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / _TICK  # utime + stime, all threads
+
+
+def cpu_seconds(pid: int) -> float:
+    """CPU seconds used so far by ``pid`` and its live descendants."""
+    return sum(_cpu_of(p) for p in descendants(pid))
+
+
+def rss_bytes(pid: int) -> int:
+    """Resident set size of ``pid`` and its live descendants."""
+    total = 0
+    for p in descendants(pid):
+        with contextlib.suppress(OSError):
+            for line in Path(f"/proc/{p}/status").read_text().splitlines():
+                if line.startswith("VmRSS:"):
+                    total += int(line.split()[1]) * 1024
+    return total
+
+
+@dataclass
+class Proc:
+    """One started server process."""
+
+    name: str
+    cmd: list[str]
+    port: int
+    env: dict[str, str] = field(default_factory=dict)
+    popen: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def pid(self) -> int:
+        assert self.popen is not None
+        return self.popen.pid
+
+    def start(self, log_dir: Path, timeout: float = 60.0) -> None:
+        log = (log_dir / f"{self.name}.log").open("wb")
+        self.popen = subprocess.Popen(self.cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
+                                      env={**os.environ, **self.env})
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.popen.poll() is not None:
+                raise RuntimeError(f"{self.name} exited with {self.popen.returncode}; "
+                                   f"see {log_dir / (self.name + '.log')}")
+            with contextlib.suppress(OSError), socket.create_connection(
+                    ("127.0.0.1", self.port), timeout=0.5):
+                return
+            time.sleep(0.1)
+        raise RuntimeError(f"{self.name} did not listen on {self.port} within {timeout}s")
+
+    def stop(self) -> None:
+        if self.popen is None or self.popen.poll() is not None:
+            return
+        self.popen.send_signal(signal.SIGTERM)
+        try:
+            self.popen.wait(10)
+        except subprocess.TimeoutExpired:
+            self.popen.kill()
+            self.popen.wait(5)
+
+
+def simulator(name: str, rate: float) -> Proc:
+    port = free_port()
+    return Proc(name, [PYTHON, "-m", "sidecar", "simulate", "--listen", f"127.0.0.1:{port}",
+                       "--tokens-per-second", str(rate)], port)
+
+
+def floor(kind: str, upstream: str) -> Proc:
+    port = free_port()
+    return Proc(kind, [PYTHON, "-m", "benchmarks.floor", "--kind", kind,
+                       "--listen", f"127.0.0.1:{port}", "--upstream", upstream], port)
+
+
+def sidecar(name: str, upstream: str, mode: str, workers: int = 1) -> Proc:
+    port = free_port()
+    return Proc(name, [PYTHON, "-m", "sidecar", "serve", "--upstream", upstream,
+                       "--listen", f"127.0.0.1:{port}",
+                       "--metrics-listen", f"127.0.0.1:{free_port()}",
+                       "--mode", mode, "--workers", str(workers)], port)
+
+
+@contextlib.contextmanager
+def running(procs: list[Proc], log_dir: Path) -> Iterator[list[Proc]]:
+    """Start ``procs`` in order, stop them in reverse on exit."""
+    log_dir.mkdir(parents=True, exist_ok=True)
+    started: list[Proc] = []
+    try:
+        for proc in procs:
+            proc.start(log_dir)
+            started.append(proc)
+        yield procs
+    finally:
+        for proc in reversed(started):
+            proc.stop()

@@ -1,0 +1,355 @@
+"""Benchmark runner: every configuration in one run, alternated, medians over repetitions.
+
+Run from the repository root (each suite starts and stops its own processes on free
+loopback ports; logs go to ``--logs``)::
+
+    .venv/bin/python -m benchmarks.run paced --concurrency 256 --rate 50 --duration 10 --reps 3
+    .venv/bin/python -m benchmarks.run paced --concurrency 64 --rate 0 --duration 6 --reps 3
+    .venv/bin/python -m benchmarks.run ttfb --requests 60 --reps 3
+    .venv/bin/python -m benchmarks.run memory --streams 1000
+    .venv/bin/python -m benchmarks.run workers --rate 50 --loads 128,256,384,512,640
+    .venv/bin/python -m benchmarks.run paced ... --litellm /root/.cache/runaway-sidecar/litellm-venv
+
+Suites:
+
+- ``paced``: C streams at ``rate`` tok/s each (``--rate 0``: saturation) through each
+  configuration (direct to the simulator, bare pass-through, bare parsing proxy, sidecar
+  shadow, sidecar enforce, optionally LiteLLM), in the order A B C ... A B C ... for
+  ``reps`` repetitions. Per run: the proxy's CPU seconds per 1,000 chunks (its
+  ``/proc`` CPU time delta over the run divided by the chunks the client received),
+  throughput, inter-chunk gap and lateness percentiles, errors. Table: medians.
+- ``ttfb``: C=1, ``requests`` sequential streams per configuration per repetition; the
+  median time to first byte, and what each proxy adds to the direct figure.
+- ``memory``: RSS growth of a proxy process with N open streams that have gone idle
+  (``sim-stall`` sends 24 tokens, then nothing), divided by N; after a warm-up, so the
+  figure is what one more open stream costs, detector state included.
+- ``workers``: the highest paced load (streams x rate) the sidecar holds with
+  ``--workers 1`` and ``--workers 2`` (held: >= 95 % of offered chunks/s delivered, p99
+  lateness <= ``--late-ms``, no errors); the simulator alone is measured the same way
+  because on a small machine it, and the load generator, are the ceiling.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import functools
+import json
+import signal
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from benchmarks import procs
+from benchmarks.loadgen import LoadSpec, install_uvloop, run_load
+from benchmarks.procs import Proc, cpu_seconds, rss_bytes, running
+
+CONFIGS = ("direct", "passthrough", "parsing", "shadow", "enforce")
+
+
+def _setup(upstream: Proc, names: list[str], litellm: Path | None) -> list[Proc]:
+    """The proxies named in ``names`` (``direct`` needs none), in front of ``upstream``."""
+    out: list[Proc] = []
+    for name in names:
+        if name in ("passthrough", "parsing"):
+            out.append(procs.floor(name, upstream.url))
+        elif name in ("shadow", "enforce"):
+            out.append(procs.sidecar(name, upstream.url, name))
+        elif name == "litellm":
+            assert litellm is not None
+            out.append(_litellm(litellm, upstream.url))
+    return out
+
+
+def _litellm(venv: Path, upstream: str) -> Proc:
+    port = procs.free_port()
+    cfg = Path(tempfile.mkdtemp(prefix="bench-litellm-")) / "config.yaml"
+    cfg.write_text(
+        "model_list:\n"
+        "  - model_name: sim-healthy\n"
+        "    litellm_params:\n"
+        "      model: hosted_vllm/sim-healthy\n"
+        f"      api_base: {upstream}/v1\n"
+        "      api_key: none\n"
+        "litellm_settings:\n"
+        "  telemetry: false\n"
+        "  turn_off_message_logging: true\n",
+        encoding="utf-8")
+    # Offline: the bundled model cost map, no telemetry, no update checks.
+    env = {"LITELLM_LOCAL_MODEL_COST_MAP": "True", "LITELLM_TELEMETRY": "False",
+           "LITELLM_LOG": "ERROR", "DISABLE_SCHEMA_UPDATE": "True",
+           "NO_PROXY": "127.0.0.1,localhost"}
+    return Proc("litellm", [str(venv / "bin" / "litellm"), "--config", str(cfg),
+                            "--host", "127.0.0.1", "--port", str(port), "--num_workers", "1"],
+                port, env)
+
+
+def _median(rows: list[dict[str, Any]], key: str) -> float:
+    values = [r[key] for r in rows if r.get(key) is not None]
+    return statistics.median(values) if values else float("nan")
+
+
+async def _measured(spec: LoadSpec, proxy: Proc | None, sim: Proc) -> dict[str, Any]:
+    cpu0 = cpu_seconds(proxy.pid) if proxy else 0.0
+    sim0 = cpu_seconds(sim.pid)
+    result = await run_load(spec)
+    cpu = cpu_seconds(proxy.pid) - cpu0 if proxy else None
+    sim_cpu = cpu_seconds(sim.pid) - sim0
+    row = asdict(result)
+    per_k = 1000.0 / max(1, result.chunks)
+    row["proxy_cpu_s"] = cpu
+    row["proxy_cpu_per_1k"] = cpu * per_k if cpu is not None else None
+    row["sim_cpu_per_1k"] = sim_cpu * per_k
+    return row
+
+
+def _print_rows(title: str, rows: dict[str, list[dict[str, Any]]],
+                cols: list[tuple[str, str, str]]) -> None:
+    print(f"\n{title}")
+    print("| config | " + " | ".join(h for h, _, _ in cols) + " |")
+    print("|---|" + "---|" * len(cols))
+    for name, runs in rows.items():
+        cells = [fmt.format(_median(runs, key)) for _, key, fmt in cols]
+        print(f"| {name} | " + " | ".join(cells) + " |")
+
+
+async def paced(args: argparse.Namespace) -> dict[str, Any]:
+    names = list(args.configs.split(","))
+    if args.litellm is not None and "litellm" not in names:
+        names.append("litellm")
+    sim = procs.simulator("simulator", args.rate)
+    with running([sim], args.logs):
+        proxies = _setup(sim, names, args.litellm)
+        with running(proxies, args.logs):
+            by_name = {p.name: p for p in proxies}
+            # Warm up every path (imports, pools, first-request costs) before measuring.
+            for name in names:
+                url = by_name[name].url if name in by_name else sim.url
+                await run_load(LoadSpec(url, 4, 1.0, args.rate, max_tokens=20, ramp=0))
+            rows: dict[str, list[dict[str, Any]]] = {n: [] for n in names}
+            for rep in range(args.reps):
+                for name in names:
+                    proxy = by_name.get(name)
+                    spec = LoadSpec(proxy.url if proxy else sim.url, args.concurrency,
+                                    args.duration, args.rate, max_tokens=args.max_tokens)
+                    row = await _measured(spec, proxy, sim)
+                    rows[name].append(row)
+                    print(f"rep {rep} {name}: {row['chunks_per_s']:.0f} chunks/s, "
+                          f"cpu/1k {row['proxy_cpu_per_1k'] or 0:.3f}s, "
+                          f"gap p99 {row['gap_p99_ms']:.1f} ms, late p99 "
+                          f"{row['late_p99_ms']:.1f} ms, errors {row['errors']}", flush=True)
+                    await asyncio.sleep(1.0)
+    _print_rows(f"paced: C={args.concurrency} x {args.rate} tok/s, {args.duration}s, "
+                f"{args.reps} reps (medians)", rows, [
+                    ("chunks/s", "chunks_per_s", "{:.0f}"),
+                    ("offered/s", "offered_per_s", "{:.0f}"),
+                    ("proxy CPU s / 1k chunks", "proxy_cpu_per_1k", "{:.4f}"),
+                    ("sim CPU s / 1k", "sim_cpu_per_1k", "{:.4f}"),
+                    ("gap p50 ms", "gap_p50_ms", "{:.1f}"),
+                    ("gap p99 ms", "gap_p99_ms", "{:.1f}"),
+                    ("late p99 ms", "late_p99_ms", "{:.1f}"),
+                    ("errors", "errors", "{:.0f}"),
+                    ("spliced", "spliced", "{:.0f}"),
+                ])
+    base = rows.get("parsing")
+    if base:
+        print("\nratios to the bare parsing proxy (per repetition, then median):")
+        for name, runs in rows.items():
+            if name == "direct":
+                continue
+            ratio = [r["proxy_cpu_per_1k"] / b["proxy_cpu_per_1k"]
+                     for r, b in zip(runs, base, strict=True) if b["proxy_cpu_per_1k"]]
+            added = [r["gap_p99_ms"] - b["gap_p99_ms"] for r, b in zip(runs, base, strict=True)]
+            late = [r["late_p99_ms"] - b["late_p99_ms"] for r, b in zip(runs, base, strict=True)]
+            print(f"  {name}: CPU/chunk x{statistics.median(ratio):.2f}, "
+                  f"gap p99 {statistics.median(added):+.1f} ms, "
+                  f"late p99 {statistics.median(late):+.1f} ms")
+    return {"suite": "paced", "args": _jsonable(args), "runs": rows}
+
+
+async def ttfb(args: argparse.Namespace) -> dict[str, Any]:
+    names = list(args.configs.split(","))
+    if args.litellm is not None and "litellm" not in names:
+        names.append("litellm")
+    sim = procs.simulator("simulator", args.rate)
+    with running([sim], args.logs):
+        proxies = _setup(sim, names, args.litellm)
+        with running(proxies, args.logs):
+            by_name = {p.name: p for p in proxies}
+            rows: dict[str, list[dict[str, Any]]] = {n: [] for n in names}
+            for rep in range(args.reps + 1):  # repetition 0 warms up and is dropped
+                for name in names:
+                    proxy = by_name.get(name)
+                    spec = LoadSpec(proxy.url if proxy else sim.url, 1, 60.0, args.rate,
+                                    max_tokens=2, max_streams=args.requests, ramp=0)
+                    result = await run_load(spec)
+                    if rep:
+                        rows[name].append(asdict(result))
+                        print(f"rep {rep} {name}: ttfb p50 {result.ttfb_p50_ms:.2f} ms, "
+                              f"errors {result.errors}", flush=True)
+    direct = _median(rows["direct"], "ttfb_p50_ms") if "direct" in rows else 0.0
+    print(f"\nttfb at C=1, {args.requests} requests x {args.reps} reps (medians)")
+    print("| config | TTFB p50 ms | added ms | errors |\n|---|---|---|---|")
+    for name, runs in rows.items():
+        t = _median(runs, "ttfb_p50_ms")
+        print(f"| {name} | {t:.2f} | {t - direct:+.2f} | {_median(runs, 'errors'):.0f} |")
+    return {"suite": "ttfb", "args": _jsonable(args), "runs": rows}
+
+
+async def _hold_idle(url: str, n: int, tokens: int, settle: float,
+                     measure: Callable[[], int]) -> tuple[int, int]:
+    """Open ``n`` sim-stall streams, wait until each saw ``tokens`` events and ``settle``
+    seconds passed, return (events seen, measure()) and close them."""
+    seen = [0]
+    ready = asyncio.Event()
+    release = asyncio.Event()
+    body = {"model": "sim-stall", "stream": True, "max_tokens": 4096}
+
+    async def one(session: aiohttp.ClientSession, i: int) -> None:
+        data = json.dumps({**body, "messages": [{"role": "user", "content": f"idle {i}"}]})
+        async with session.post(url + "/v1/chat/completions", data=data,
+                                headers={"Content-Type": "application/json"}) as resp:
+            got = 0
+            while got < tokens:
+                chunk = await resp.content.readany()
+                if not chunk:
+                    return
+                got += chunk.count(b"\n\n")
+            seen[0] += 1
+            if seen[0] == n:
+                ready.set()
+            await release.wait()
+
+    connector = aiohttp.TCPConnector(limit=0)
+    async with aiohttp.ClientSession(connector=connector) as session:
+        tasks = [asyncio.create_task(one(session, i)) for i in range(n)]
+        try:
+            await asyncio.wait_for(ready.wait(), 60)
+            await asyncio.sleep(settle)
+            value = measure()
+        finally:
+            release.set()
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+    return seen[0], value
+
+
+async def memory(args: argparse.Namespace) -> dict[str, Any]:
+    chosen = args.configs if args.configs != ",".join(CONFIGS) else "parsing,enforce"
+    names = [n for n in chosen.split(",") if n != "direct"]
+    sim = procs.simulator("simulator", 200.0)
+    out: dict[str, Any] = {}
+    with running([sim], args.logs):
+        proxies = _setup(sim, names, None)
+        with running(proxies, args.logs):
+            for proxy in proxies:
+                # Warm up with the same kind of streams, so the growth is per stream.
+                await _hold_idle(proxy.url, args.streams // 10, 24, 0.5,
+                                 lambda: 0)
+                await asyncio.sleep(1.0)
+                before = rss_bytes(proxy.pid)
+                held, after = await _hold_idle(proxy.url, args.streams, 24, 1.0,
+                                               functools.partial(rss_bytes, proxy.pid))
+                per = (after - before) / max(1, held)
+                out[proxy.name] = {"streams": held, "rss_before": before, "rss_after": after,
+                                   "bytes_per_stream": per}
+                print(f"{proxy.name}: {held} idle streams, RSS {before / 2**20:.1f} -> "
+                      f"{after / 2**20:.1f} MiB, {per / 1024:.1f} KiB per stream", flush=True)
+                await asyncio.sleep(1.0)
+    return {"suite": "memory", "args": _jsonable(args), "results": out}
+
+
+async def workers(args: argparse.Namespace) -> dict[str, Any]:
+    loads = [int(x) for x in args.loads.split(",")]
+    sim = procs.simulator("simulator", args.rate)
+    out: dict[str, Any] = {}
+    with running([sim], args.logs):
+        targets: list[tuple[str, Proc | None]] = [("direct", None)]
+        targets += [(f"workers={w}", procs.sidecar(f"workers{w}", sim.url, "enforce", w))
+                    for w in (1, 2)]
+        for name, proxy in targets:
+            ctx = running([proxy], args.logs) if proxy else running([], args.logs)
+            with ctx:
+                await run_load(LoadSpec(proxy.url if proxy else sim.url, 8, 1.0, args.rate,
+                                        max_tokens=20, ramp=0))
+                best = 0
+                steps = []
+                for c in loads:
+                    spec = LoadSpec(proxy.url if proxy else sim.url, c, args.duration,
+                                    args.rate, max_tokens=args.max_tokens)
+                    row = await _measured(spec, proxy, sim)
+                    held = (row["chunks_per_s"] >= 0.95 * row["offered_per_s"]
+                            and row["late_p99_ms"] <= args.late_ms and row["errors"] == 0)
+                    row["held"] = held
+                    steps.append(row)
+                    print(f"{name} C={c}: {row['chunks_per_s']:.0f}/{row['offered_per_s']:.0f}"
+                          f" chunks/s, late p99 {row['late_p99_ms']:.0f} ms, cpu/1k "
+                          f"{row['proxy_cpu_per_1k'] or 0:.4f}, held={held}", flush=True)
+                    await asyncio.sleep(1.0)
+                    if not held:
+                        break
+                    best = c
+                out[name] = {"highest_held_streams": best,
+                             "highest_held_chunks_per_s": best * args.rate, "steps": steps}
+    print("\n| target | highest held load (streams x rate) | chunks/s |\n|---|---|---|")
+    for name, res in out.items():
+        print(f"| {name} | {res['highest_held_streams']} x {args.rate:g} | "
+              f"{res['highest_held_chunks_per_s']:.0f} |")
+    return {"suite": "workers", "args": _jsonable(args), "results": out}
+
+
+def _jsonable(args: argparse.Namespace) -> dict[str, Any]:
+    return {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()
+            if k != "func"}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="suite", required=True)
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--configs", default=",".join(CONFIGS))
+    common.add_argument("--litellm", type=Path, metavar="VENV",
+                        help="venv with litellm[proxy]; adds the 'litellm' configuration")
+    common.add_argument("--logs", type=Path,
+                        default=Path(tempfile.gettempdir()) / "runaway-sidecar-bench")
+    common.add_argument("--json", type=Path, help="write every run's figures here")
+    common.add_argument("--rate", type=float, default=50.0)
+    common.add_argument("--duration", type=float, default=10.0)
+    common.add_argument("--max-tokens", type=int, default=300)
+    p = sub.add_parser("paced", parents=[common])
+    p.add_argument("--concurrency", "-c", type=int, default=256)
+    p.add_argument("--reps", type=int, default=3)
+    p.set_defaults(func=paced)
+    p = sub.add_parser("ttfb", parents=[common])
+    p.add_argument("--requests", type=int, default=60)
+    p.add_argument("--reps", type=int, default=3)
+    p.set_defaults(func=ttfb)
+    p = sub.add_parser("memory", parents=[common])
+    p.add_argument("--streams", type=int, default=1000)
+    p.set_defaults(func=memory)
+    p = sub.add_parser("workers", parents=[common])
+    p.add_argument("--loads", default="128,256,384,512,640")
+    p.add_argument("--late-ms", type=float, default=200.0)
+    p.set_defaults(func=workers, duration=8.0)
+    args = parser.parse_args(argv)
+    install_uvloop()
+    # SIGTERM (e.g. from ``timeout``) must still stop the processes this run started.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    started = time.time()
+    result = asyncio.run(args.func(args))
+    result["wall_s"] = time.time() - started
+    if args.json is not None:
+        args.json.write_text(json.dumps(result, indent=1, default=str), encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
