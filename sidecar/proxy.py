@@ -382,7 +382,7 @@ class Proxy:
                 route=ex.route, number=ex.attempts, detectors=detectors,
                 started_at=loop.time(), head=head, index_map=index_map,
                 reasoning_to_content=step == "salvage", aggregator=aggregator,
-                client_usage=_wants_usage(body), earlier=earlier,
+                earlier=earlier,
                 stop_on_verdict=ex.mode in ("enforce", "cut"),
             )
             ex.attempts += 1

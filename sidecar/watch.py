@@ -77,7 +77,6 @@ class Attempt:
         index_map: dict[int, int] | None = None,
         reasoning_to_content: bool = False,
         aggregator: Aggregator | None = None,
-        client_usage: bool = False,
         earlier: Totals = Totals(),
         stop_on_verdict: bool = True,
     ) -> None:
@@ -87,7 +86,6 @@ class Attempt:
         self.index_map = index_map or {}
         self.reasoning_to_content = reasoning_to_content
         self.aggregator = aggregator
-        self.client_usage = client_usage
         self.earlier = earlier
         self.stop_on_verdict = stop_on_verdict
         self._detectors = detectors
@@ -128,9 +126,8 @@ class Attempt:
                 parsed = self._model.feed(ev.data)
             except MalformedChunk as exc:
                 raise UpstreamProtocolError(str(exc)) from None
-            forward = self._apply(parsed, now)
-            if forward:
-                out.append(self._bytes_for(ev.raw, parsed))
+            self._apply(parsed, now)
+            out.append(self._bytes_for(ev.raw, parsed))
         return b"".join(out)
 
     def eof(self, now: float) -> bytes:
@@ -192,9 +189,8 @@ class Attempt:
                     self.verdict, self.verdict_index = verdict, index
                     return
 
-    def _apply(self, parsed: list[Any], now: float) -> bool:
-        """Update state from one chunk's events; return False to drop the chunk."""
-        forward = True
+    def _apply(self, parsed: list[Any], now: float) -> None:
+        """Update state from one chunk's events."""
         for item in parsed:
             if isinstance(item, TextDelta):
                 state = self._state(item.index)
@@ -215,9 +211,9 @@ class Attempt:
             elif isinstance(item, Finish):
                 self._state(item.index).finished = True
             elif isinstance(item, Usage):
+                # Forwarded whether or not the client asked: a server started with
+                # --enable-force-include-usage sends it anyway, and so must we.
                 self.usage = item
-                if item.final and not self.client_usage:
-                    forward = False
             elif isinstance(item, Done):
                 self.done = True
             elif isinstance(item, StreamError):
@@ -234,7 +230,6 @@ class Attempt:
             usage = chunk.get("usage")
             if isinstance(usage, dict) and not chunk.get("choices"):
                 self.aggregator.set_usage(self.summed_usage(usage) if self.number else usage)
-        return forward
 
     def _bytes_for(self, raw: bytes, parsed: list[Any]) -> bytes:
         if self.aggregator is not None:
