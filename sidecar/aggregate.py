@@ -47,8 +47,9 @@ class _ChoiceAcc:
 class Aggregator:
     """Accumulates the chunks of one (possibly spliced) response."""
 
-    def __init__(self, route: Route) -> None:
+    def __init__(self, route: Route, *, hide_reasoning: bool = False) -> None:
         self.route = route
+        self.hide_reasoning = hide_reasoning
         self.head: dict[str, Any] = {}
         self.choices: dict[int, _ChoiceAcc] = {}
         self.usage: dict[str, Any] | None = None
@@ -160,7 +161,8 @@ class Aggregator:
             }
             if acc.tool_calls:
                 message["tool_calls"] = acc.tool_calls
-            message[acc.reasoning_key] = "".join(acc.reasoning) or None
+            reasoning = None if self.hide_reasoning else "".join(acc.reasoning) or None
+            message[acc.reasoning_key] = reasoning
             return {
                 "index": index, "message": message, "logprobs": acc.logprobs,
                 "finish_reason": acc.finish_reason, "stop_reason": acc.stop_reason,

@@ -80,6 +80,7 @@ class Exchange:
     client_stream: bool
     max_tokens: int | None = None
     budget_key: str = ""
+    hide_reasoning: bool = False
     outcome: Outcome = "ok"
     upstream_status: int | None = None
     verdicts: list[Verdict] = field(default_factory=list)
@@ -284,6 +285,10 @@ class Proxy:
                 body):
             body = deep_merge(body, thinking_off_patch(model or "", cfg.reissue.rules))
             raw = orjson.dumps(body)
+        hide_reasoning = body.get("include_reasoning") is False
+        if hide_reasoning:  # the tokens are generated anyway: watch them, then hide them
+            body = {**body, "include_reasoning": True}
+            raw = orjson.dumps(body)
         ex = Exchange(route=route, model=model, mode=mode,
                       request_id=request.headers.get("X-Request-Id") or uuid.uuid4().hex,
                       started=asyncio.get_running_loop().time(),
@@ -294,7 +299,9 @@ class Proxy:
                 self.metrics.policy_decision(decision.rule)
             log.info("policy", request_id=ex.request_id, model=model, rule=decision.rule,
                      source=decision.source, thinking=decision.thinking, reason=decision.reason)
-        sink: _Sink = _StreamSink(request) if ex.client_stream else _BodySink(route)
+        ex.hide_reasoning = hide_reasoning
+        sink: _Sink = (_StreamSink(request) if ex.client_stream
+                       else _BodySink(route, hide_reasoning=hide_reasoning))
         self.metrics.stream_started()
         try:
             try:
@@ -382,7 +389,7 @@ class Proxy:
                 route=ex.route, number=ex.attempts, detectors=detectors,
                 started_at=loop.time(), head=head, index_map=index_map,
                 reasoning_to_content=step == "salvage", aggregator=aggregator,
-                earlier=earlier,
+                earlier=earlier, hide_reasoning=ex.hide_reasoning,
                 stop_on_verdict=ex.mode in ("enforce", "cut"),
             )
             ex.attempts += 1
@@ -617,7 +624,10 @@ class _StreamSink(_Sink):
         return self.response
 
     async def write(self, data: bytes) -> None:
-        resp = await self._prepared()
+        # Once per chunk: skip the ``_prepared`` coroutine when the response is open.
+        resp = self.response
+        if resp is None:
+            resp = await self._prepared()
         self.bytes_sent += len(data)
         await resp.write(data)
 
@@ -658,8 +668,8 @@ class _StreamSink(_Sink):
 
 
 class _BodySink(_Sink):
-    def __init__(self, route: Route) -> None:
-        self.aggregator = Aggregator(route)
+    def __init__(self, route: Route, *, hide_reasoning: bool = False) -> None:
+        self.aggregator = Aggregator(route, hide_reasoning=hide_reasoning)
         self._headers: Any = None
         self._final: web.StreamResponse | None = None
         self._action: str | None = None

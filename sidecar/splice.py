@@ -122,3 +122,21 @@ def rewrite(
         return None
     obj["choices"] = kept
     return obj
+
+
+def strip_reasoning(obj: dict[str, Any]) -> dict[str, Any] | None:
+    """``obj`` without reasoning text, or None when nothing else was in it (what vLLM
+    sends for ``include_reasoning: false``)."""
+    kept = []
+    for choice in obj.get("choices") or ():
+        delta = choice.get("delta") if isinstance(choice, dict) else None
+        if isinstance(delta, dict):
+            delta.pop("reasoning", None)
+            delta.pop("reasoning_content", None)
+            if not delta and choice.get("finish_reason") is None:
+                continue
+        kept.append(choice)
+    if not kept and not obj.get("usage"):
+        return None
+    obj["choices"] = kept
+    return obj

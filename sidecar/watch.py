@@ -22,7 +22,7 @@ from typing import Any
 from detectors import Chain, DetectorConfig, Verdict, default_chain
 from sidecar.aggregate import Aggregator
 from sidecar.errors import UpstreamProtocolError
-from sidecar.splice import DONE_EVENT, Head, event, rewrite
+from sidecar.splice import DONE_EVENT, Head, event, rewrite, strip_reasoning
 from sidecar.sse import SSEDecoder, SSEError, SSEEvent
 from sidecar.stream import (
     Done,
@@ -79,6 +79,7 @@ class Attempt:
         aggregator: Aggregator | None = None,
         earlier: Totals = Totals(),
         stop_on_verdict: bool = True,
+        hide_reasoning: bool = False,
     ) -> None:
         self.route = route
         self.number = number
@@ -88,6 +89,9 @@ class Attempt:
         self.aggregator = aggregator
         self.earlier = earlier
         self.stop_on_verdict = stop_on_verdict
+        # The client sent include_reasoning=false: the sidecar asked for reasoning anyway
+        # (it must watch it) and removes it here, as vLLM would have.
+        self.hide_reasoning = hide_reasoning
         self._detectors = detectors
         self._started_at = started_at
         self._decoder = SSEDecoder()
@@ -234,9 +238,16 @@ class Attempt:
     def _bytes_for(self, raw: bytes, parsed: list[Any]) -> bytes:
         if self.aggregator is not None:
             return b""
+        chunk = self._model.chunk
+        if self.hide_reasoning and chunk is not None and any(
+                isinstance(p, TextDelta) and p.channel == "thinking" for p in parsed):
+            stripped = strip_reasoning(chunk)
+            if stripped is None:
+                return b""
+            if self.number == 0:
+                return event(stripped)
         if self.number == 0:
             return raw
-        chunk = self._model.chunk
         if chunk is None:
             return DONE_EVENT if any(isinstance(p, Done) for p in parsed) else raw
         if self.head is None or "error" in chunk:

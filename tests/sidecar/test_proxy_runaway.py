@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 
 import aiohttp
@@ -290,3 +291,32 @@ async def test_client_disconnect_during_reissue(make_stack: StackFactory) -> Non
         assert time.monotonic() - closed < 0.5
         await asyncio.sleep(0.02)
     assert stack.metric("runaway_sidecar_client_disconnects_total", route="chat") == 1
+
+
+@pytest.mark.parametrize("stream", [True, False])
+async def test_include_reasoning_false_is_still_watched(make_stack: StackFactory,
+                                                        stream: bool) -> None:
+    """With include_reasoning=false the sidecar still sees the thinking loop (it asks for
+    the reasoning upstream) and the client still gets none of it."""
+    stack = await make_stack()
+    body = {**LOOP_BODY, "stream": stream, "include_reasoning": False}
+    async with aiohttp.ClientSession() as s, s.post(stack.url + "/v1/chat/completions",
+                                                    json=body) as r:
+        data = await r.read()
+    assert r.status == 200
+    assert b"Hmm" not in data
+    assert b'"reasoning":"' not in data
+    assert b" Fix" in data
+
+
+async def test_include_reasoning_false_identical_when_healthy(make_stack: StackFactory) -> None:
+    """A healthy include_reasoning=false stream through the sidecar matches vLLM's bytes."""
+    stack = await make_stack()
+    body = {"model": "sim-healthy", "stream": True, "max_tokens": 500, "include_reasoning": False,
+            "messages": [{"role": "user", "content": "Say OK"}]}
+    out = []
+    for url in (stack.sim_url, stack.url):
+        async with aiohttp.ClientSession() as s, s.post(url + "/v1/chat/completions",
+                                                        json=body) as r:
+            out.append(re.sub(rb'"(id|created)":("[^"]*"|\d+)', b"", await r.read()))
+    assert out[0] == out[1]
