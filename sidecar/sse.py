@@ -51,6 +51,12 @@ class SSEDecoder:
     def feed(self, chunk: bytes) -> list[SSEEvent]:
         """Add bytes; return the events they complete. Raises ``SSEError`` when a single
         event exceeds ``max_event_bytes``."""
+        if not self._buf and not self._crlf and chunk.endswith(b"\n\n"):
+            # Fast path: at a paced load each read is one whole LF-framed event; it
+            # becomes its own ``raw`` without a copy.
+            end = chunk.find(b"\n\n")
+            if end == len(chunk) - 2 and b"\r" not in chunk:
+                return [_parse(chunk, lf_only=True)]
         buf = self._buf + chunk if self._buf else chunk
         if not self._crlf and b"\r" in chunk:
             self._crlf = True

@@ -190,7 +190,8 @@ class StreamModel:
         if not isinstance(choices, list):
             raise MalformedChunk("stream chunk has no choices list")
         events: list[StreamEvent] = []
-        tokens = self._tokens_from_usage(obj.get("usage"), bool(choices), events)
+        usage = obj.get("usage")
+        tokens = -1 if usage is None else self._tokens_from_usage(usage, bool(choices), events)
         for choice in choices:
             if not isinstance(choice, dict):
                 raise MalformedChunk("choice is not an object")
