@@ -138,6 +138,9 @@ class RecurrenceAnalyzer:
         li = self._li
         rpos = self._rpos
         n_seen = self._seen_tokens
+        pw = self._pow
+        filled = self._n
+        base, mask, mix, dropped = _BASE, _MASK, _MIX, _DROPPED
         top = 0
         rec = rec1 = n = 0
         at_line_start = self._prev == "\n"
@@ -159,11 +162,11 @@ class RecurrenceAnalyzer:
             old = last[li]
             last[li] = h
             li = li + 1 if li + 1 < k else 0
-            rolling = (rolling * _BASE + h - old * self._pow) & _MASK
+            rolling = (rolling * base + h - old * pw) & mask
             n_seen += 1
             if n_seen < k:
                 continue
-            mixed = (rolling * _MIX) & _MASK
+            mixed = (rolling * mix) & mask
             slot = mixed >> shift
             fp = (mixed >> fshift) & 0xFF
             c = counts[slot]
@@ -178,24 +181,26 @@ class RecurrenceAnalyzer:
                     slot, c = alt, 0
                     fps[alt] = fp
                 else:
-                    slot, c = _DROPPED, 0
+                    slot, c = dropped, 0
             n += 1
             if c:
                 rec1 += 1
                 if c >= min_seen:
                     rec += 1
-                    top = max(top, c)
-            if slot != _DROPPED and c < 255:
+                    if c > top:
+                        top = c
+            if slot != dropped and c < 255:
                 counts[slot] = c + 1
-            if self._n >= hist:
+            if filled >= hist:
                 o = ring[rpos]
-                if o != _DROPPED and counts[o]:
+                if o != dropped and counts[o]:
                     counts[o] -= 1
             else:
-                self._n += 1
+                filled += 1
             ring[rpos] = slot
             rpos = rpos + 1 if rpos + 1 < hist else 0
         self._rolling, self._li, self._rpos, self._seen_tokens = rolling, li, rpos, n_seen
+        self._n = filled
         self._prev = "\n" if at_line_start else ""
         self._same = same
         if n >= _MIN_SHINGLES:
