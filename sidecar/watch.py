@@ -117,22 +117,27 @@ class Attempt:
         return self._events(events, now)
 
     def _events(self, events: list[SSEEvent], now: float) -> bytes:
+        # Runs once per upstream read: the common case (a first attempt to a streaming
+        # client) forwards each event's original bytes without asking ``_bytes_for``.
+        verbatim = self.number == 0 and self.aggregator is None and not self.hide_reasoning
+        model = self._model
         out: list[bytes] = []
         for ev in events:
-            if self.stopped:
+            if self.verdict is not None and self.stop_on_verdict:  # ``stopped``, inlined
                 break
-            if ev.data is None:  # a comment, e.g. ": keep-alive"
+            data = ev.data
+            if data is None:  # a comment, e.g. ": keep-alive"
                 if self.head is None or self.number == 0:
                     out.append(ev.raw)
                 self._tick(now)
                 continue
             try:
-                parsed = self._model.feed(ev.data)
+                parsed = model.feed(data)
             except MalformedChunk as exc:
                 raise UpstreamProtocolError(str(exc)) from None
             self._apply(parsed, now)
-            out.append(self._bytes_for(ev.raw, parsed))
-        return b"".join(out)
+            out.append(ev.raw if verbatim else self._bytes_for(ev.raw, parsed))
+        return out[0] if len(out) == 1 else b"".join(out)
 
     def eof(self, now: float) -> bytes:
         """The upstream closed the body: process what the decoder still held and return
@@ -196,8 +201,11 @@ class Attempt:
     def _apply(self, parsed: list[Any], now: float) -> None:
         """Update state from one chunk's events."""
         for item in parsed:
-            if isinstance(item, TextDelta):
-                state = self._state(item.index)
+            kind = type(item)  # the event types are final: an identity test is enough
+            if kind is TextDelta:
+                state = self.choices.get(item.index)
+                if state is None:
+                    state = self._state(item.index)
                 self.counted_tokens += item.tokens
                 if item.channel == "thinking":
                     state.thinking_tokens += item.tokens
@@ -212,18 +220,18 @@ class Attempt:
                     verdict = state.chain.feed(item.channel, item.text, item.tokens, now)
                     if verdict is not None:
                         self.verdict, self.verdict_index = verdict, item.index
-            elif isinstance(item, Finish):
+            elif kind is Finish:
                 self._state(item.index).finished = True
-            elif isinstance(item, Usage):
+            elif kind is Usage:
                 # Forwarded whether or not the client asked: a server started with
                 # --enable-force-include-usage sends it anyway, and so must we.
                 self.usage = item
-            elif isinstance(item, Done):
+            elif kind is Done:
                 self.done = True
-            elif isinstance(item, StreamError):
+            elif kind is StreamError:
                 self.error = item
                 self.done = True
-            elif isinstance(item, ToolCallDelta):
+            elif kind is ToolCallDelta:
                 self._state(item.index)
         chunk = self._model.chunk
         if self.head is None and chunk is not None and "id" in chunk:
