@@ -33,6 +33,8 @@ from sidecar.errors import ConfigError
 
 Mode = Literal["enforce", "cut", "shadow", "off"]
 MODES: tuple[Mode, ...] = ("enforce", "cut", "shadow", "off")
+DialectName = Literal["vllm", "llamacpp", "sglang", "ollama"]
+DIALECT_NAMES: tuple[DialectName, ...] = ("vllm", "llamacpp", "sglang", "ollama")
 ENV_PREFIX = "RUNAWAY_SIDECAR_"
 
 
@@ -65,6 +67,15 @@ class ModelOverride:
 
 
 @dataclass(frozen=True, slots=True)
+class DialectLadder:
+    """The reissue ladder used in front of one upstream dialect (``sidecar.dialects``),
+    e.g. a fallback model that honours ``think: false`` on Ollama."""
+
+    dialect: DialectName
+    ladder: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class ReissueConfig:
     """What the sidecar does after a cut (mode ``enforce``)."""
 
@@ -77,6 +88,8 @@ class ReissueConfig:
     max_attempts: int = 3
     # How to disable thinking per model family; the first matching rule applies.
     rules: tuple[ThinkingOffRule, ...] = DEFAULT_THINKING_OFF_RULES
+    # Per-dialect ladders; the entry for the upstream's dialect replaces ``ladder``.
+    dialect_ladders: tuple[DialectLadder, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,6 +145,8 @@ class Config:
     """Everything the sidecar reads at start-up and on SIGHUP."""
 
     upstream: str = "http://127.0.0.1:8001"  # the vLLM server the sidecar fronts
+    # The upstream's kind: vllm | llamacpp | sglang | ollama, or auto (probed at start-up).
+    dialect: Literal["vllm", "llamacpp", "sglang", "ollama", "auto"] = "vllm"
     listen: str = "127.0.0.1:8000"  # host:port clients connect to
     metrics_listen: str = "127.0.0.1:9464"  # host:port of /metrics, /healthz, /readyz
     mode: Mode = "enforce"  # enforce | cut | shadow | off
@@ -208,7 +223,8 @@ def validate(cfg: Config) -> None:
     for key in ("client_header_timeout_seconds", "client_body_timeout_seconds"):
         if not getattr(cfg, key) > 0:
             raise ConfigError(f"key '{key}': must be positive")
-    for step in cfg.reissue.ladder:
+    ladders = [cfg.reissue.ladder, *(d.ladder for d in cfg.reissue.dialect_ladders)]
+    for step in (s for ladder in ladders for s in ladder):
         if step not in ("no-think", "salvage") and not (
             step.startswith("fallback:") and len(step) > len("fallback:")
         ):

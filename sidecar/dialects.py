@@ -1,0 +1,186 @@
+"""Upstream server dialects: what differs between vLLM, llama.cpp, SGLang and Ollama (pure).
+
+A :class:`Dialect` states, for one kind of server, where reasoning arrives, how a stream
+ends, how thinking is turned off on a reissue, which server-side budget fields it knows,
+which path answers a readiness probe, and whether it has Ollama's native NDJSON API.
+``effective_config`` turns the operator's config into the one the proxy uses for that
+dialect (thinking-off rules and ladder); ``detect`` decides ``dialect = "auto"`` from the
+answers to the probes in ``PROBES`` (the proxy does the requests; this module only
+reads their results).
+
+Sources: ``protocols.md`` sections 7-9 (llama.cpp README ``00dc8057`` and server code,
+Ollama ``fb307609``, SGLang 0.5.23). The probe answers of llama.cpp (``/props``) and
+SGLang (``/get_model_info``) are known from their route tables only; their bodies were
+not checked against live servers.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import orjson
+
+from sidecar.config import (
+    DEFAULT_THINKING_OFF_RULES,
+    Config,
+    DialectName,
+    ThinkingOffRule,
+)
+
+ReasoningField = Literal[
+    "delta.reasoning", "delta.reasoning_content", "message.thinking", "thinking", "<think>"
+]
+
+
+@dataclass(frozen=True, slots=True)
+class Dialect:
+    """What the sidecar must know about one kind of upstream server."""
+
+    name: DialectName
+    server: str
+    #: Where reasoning text arrives, in the order the stream model looks for it.
+    reasoning: tuple[ReasoningField, ...]
+    #: Whether ``data: [DONE]`` follows an in-stream ``{"error": …}`` event. Where it does
+    #: not (llama.cpp), the error event itself ends the stream: not a truncation.
+    done_after_error: bool
+    #: Ollama's native ``/api/chat`` and ``/api/generate`` (NDJSON, ``done: true``).
+    native_ndjson: bool
+    #: Thinking-off body patches for the OpenAI-compatible routes, per model family.
+    thinking_off: tuple[ThinkingOffRule, ...]
+    #: Thinking-off body patches for the native API (Ollama only).
+    native_thinking_off: tuple[ThinkingOffRule, ...]
+    #: Server-side thinking budget fields a request may carry (passed through untouched).
+    budget_fields: tuple[str, ...]
+    #: ``GET`` path whose 2xx means the upstream is ready.
+    health_path: str
+
+
+_OLLAMA_V1_OFF = (
+    # Ollama's OpenAI layer maps reasoning_effort "none" to think=false and ignores
+    # chat_template_kwargs (middleware/openai.go).
+    ThinkingOffRule(r".*", {"reasoning_effort": "none"}),
+)
+_OLLAMA_NATIVE_OFF = (
+    # gpt-oss accepts think levels only; "low" is the least thinking it allows.
+    ThinkingOffRule(r"gpt-oss", {"think": "low"}),
+    ThinkingOffRule(r".*", {"think": False}),
+)
+
+DIALECTS: Mapping[DialectName, Dialect] = {
+    "vllm": Dialect(
+        name="vllm", server="vLLM",
+        reasoning=("delta.reasoning", "delta.reasoning_content", "<think>"),
+        done_after_error=True, native_ndjson=False,
+        thinking_off=DEFAULT_THINKING_OFF_RULES, native_thinking_off=(),
+        budget_fields=("thinking_token_budget",), health_path="/health",
+    ),
+    "llamacpp": Dialect(
+        name="llamacpp", server="llama.cpp llama-server",
+        reasoning=("delta.reasoning_content", "<think>"),
+        done_after_error=False, native_ndjson=False,
+        # chat_template_kwargs reaches the Jinja template; reasoning_effort "none" is the
+        # generic switch (README 00dc8057). The built-in family rules fit both.
+        thinking_off=DEFAULT_THINKING_OFF_RULES, native_thinking_off=(),
+        budget_fields=("reasoning_budget_tokens", "thinking_budget_tokens"),
+        health_path="/health",
+    ),
+    "sglang": Dialect(
+        name="sglang", server="SGLang",
+        reasoning=("delta.reasoning_content", "<think>"),
+        done_after_error=True, native_ndjson=False,
+        thinking_off=DEFAULT_THINKING_OFF_RULES, native_thinking_off=(),
+        # A logit processor with custom_params.thinking_budget (may need a server flag).
+        budget_fields=("custom_params",), health_path="/health",
+    ),
+    "ollama": Dialect(
+        name="ollama", server="Ollama",
+        reasoning=("delta.reasoning", "message.thinking", "thinking", "<think>"),
+        done_after_error=False, native_ndjson=True,
+        thinking_off=_OLLAMA_V1_OFF, native_thinking_off=_OLLAMA_NATIVE_OFF,
+        budget_fields=(), health_path="/api/version",
+    ),
+}
+
+#: ``GET`` paths probed for ``dialect = "auto"``, in the order ``detect`` trusts them.
+PROBES: tuple[str, ...] = ("/api/version", "/props", "/get_model_info", "/version")
+
+
+@dataclass(frozen=True, slots=True)
+class ProbeAnswer:
+    """What one probe returned (``status`` None: no HTTP answer at all)."""
+
+    status: int | None
+    server_header: str = ""
+    body: bytes = b""
+
+
+@dataclass(frozen=True, slots=True)
+class Detection:
+    """The result of ``detect``: the dialect and the evidence, for the log line."""
+
+    dialect: Dialect
+    evidence: str
+    certain: bool
+
+
+def _json(body: bytes) -> dict[str, Any] | None:
+    try:
+        obj = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return None
+    return obj if isinstance(obj, dict) else None
+
+
+def detect(answers: Mapping[str, ProbeAnswer]) -> Detection:
+    """Decide the dialect from the probe answers (missing paths count as not answered).
+
+    - Ollama answers ``GET /api/version`` with ``{"version": …}``;
+    - llama.cpp answers ``GET /props`` with its generation settings, and sends
+      ``Server: llama.cpp``;
+    - SGLang answers ``GET /get_model_info`` with ``model_path``;
+    - vLLM answers ``GET /version`` with ``{"version": …}``.
+
+    Nothing recognisable: vLLM, flagged as not certain.
+    """
+    def ok(path: str) -> dict[str, Any] | None:
+        ans = answers.get(path)
+        if ans is None or ans.status is None or not 200 <= ans.status < 300:
+            return None
+        return _json(ans.body)
+
+    if (body := ok("/api/version")) is not None and "version" in body:
+        return Detection(DIALECTS["ollama"], f"GET /api/version: {body['version']}", True)
+    servers = {a.server_header.lower() for a in answers.values()}
+    props = ok("/props")
+    if (props is not None and ("default_generation_settings" in props
+                               or "build_info" in props)) or "llama.cpp" in servers:
+        return Detection(DIALECTS["llamacpp"], "GET /props: llama-server properties", True)
+    if (body := ok("/get_model_info")) is not None and "model_path" in body:
+        return Detection(DIALECTS["sglang"], f"GET /get_model_info: {body['model_path']}", True)
+    if (body := ok("/version")) is not None and "version" in body:
+        return Detection(DIALECTS["vllm"], f"GET /version: {body['version']}", True)
+    return Detection(DIALECTS["vllm"], "no probe recognised; assuming vLLM", False)
+
+
+def effective_config(cfg: Config, dialect: Dialect) -> Config:
+    """``cfg`` as the proxy applies it in front of ``dialect``: the dialect's thinking-off
+    rules unless the operator wrote their own, and the dialect's ladder from
+    ``[[reissue.dialect_ladders]]`` when one is given (e.g. a fallback model that honours
+    ``think: false``)."""
+    reissue = cfg.reissue
+    rules = reissue.rules
+    if rules == DEFAULT_THINKING_OFF_RULES:
+        rules = dialect.thinking_off
+    ladder = reissue.ladder
+    for entry in reissue.dialect_ladders:
+        if entry.dialect == dialect.name:
+            ladder = entry.ladder
+            break
+    if rules is reissue.rules and ladder is reissue.ladder:
+        return cfg
+    return dataclasses.replace(cfg, reissue=dataclasses.replace(reissue, rules=rules,
+                                                                 ladder=ladder))
+
