@@ -98,6 +98,10 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument("--tokens-per-second", type=float, default=65.0, metavar="N",
                      help="per-stream token rate (default 65, like the field report; 0 = "
                      "as fast as possible)")
+    sim.add_argument("--dialect", default="vllm",
+                     choices=("vllm", "llamacpp", "sglang", "ollama"),
+                     help="which server to imitate, with the same sim-* models (default vllm; "
+                     "ollama also serves the native /api/chat and /api/generate)")
     sim.add_argument("--replay", type=Path, metavar="FILE",
                      help="JSONL traces (with 'text') streamed by the sim-replay model")
 
@@ -183,7 +187,8 @@ def _simulate(args: argparse.Namespace) -> int:
     if args.replay is not None and not args.replay.is_file():
         raise ConfigError(f"key 'replay': no such file {args.replay}")
     _install_uvloop()
-    config = SimulatorConfig(tokens_per_second=args.tokens_per_second, replay_file=args.replay)
+    config = SimulatorConfig(tokens_per_second=args.tokens_per_second, replay_file=args.replay,
+                             dialect=args.dialect)
 
     async def run() -> None:
         stop = asyncio.Event()
@@ -191,7 +196,8 @@ def _simulate(args: argparse.Namespace) -> int:
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
         server = asyncio.create_task(run_simulator(config, host, port))
-        print(f"{PROG}: simulated vLLM node on http://{host}:{port}", file=sys.stderr)
+        print(f"{PROG}: simulated {args.dialect} node on http://{host}:{port}",
+              file=sys.stderr)
         await stop.wait()
         server.cancel()
         with contextlib.suppress(asyncio.CancelledError):

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+SIM_DIALECTS = ("vllm", "llamacpp", "sglang", "ollama")
+
 
 @dataclass(frozen=True, slots=True)
 class SimulatorConfig:
@@ -18,6 +20,8 @@ class SimulatorConfig:
       (tests that mimic the captures use ``tiny-qwen``).
     - ``max_model_len``: context length; limits and defaults ``max_tokens`` like vLLM.
     - ``seed``: seeds ids, fingerprints and the paraphrase loop, so runs are reproducible.
+    - ``dialect``: which server to imitate: ``vllm`` (0.32), ``llamacpp`` (llama-server),
+      ``sglang`` (0.5.23) or ``ollama`` (OpenAI layer and native NDJSON API).
     """
 
     tokens_per_second: float = 65.0
@@ -25,9 +29,12 @@ class SimulatorConfig:
     served_model_name: str | None = None
     max_model_len: int = 8192
     seed: int = 0
+    dialect: str = "vllm"
 
     def __post_init__(self) -> None:
         if self.tokens_per_second < 0:
             raise ValueError("tokens_per_second must be >= 0")
+        if self.dialect not in SIM_DIALECTS:
+            raise ValueError(f"dialect must be one of {', '.join(SIM_DIALECTS)}")
         if self.max_model_len < 1:
             raise ValueError("max_model_len must be >= 1")

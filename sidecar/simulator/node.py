@@ -11,7 +11,8 @@ from sidecar.simulator.behaviours import Behaviours
 from sidecar.simulator.config import SimulatorConfig
 from sidecar.simulator.metrics import SimMetrics
 from sidecar.simulator.requests import ApiError, Job
-from sidecar.simulator.wire import Vllm032Wire
+from sidecar.simulator.wire import Vllm032Wire, WireDialect
+from sidecar.simulator.wires import request_body
 
 VLLM_VERSION = "0.32.0"
 BASE_HEADERS = {"server": "uvicorn"}
@@ -34,9 +35,14 @@ class Node:
     config: SimulatorConfig
     behaviours: Behaviours
     metrics: SimMetrics
-    wire: Vllm032Wire = field(default_factory=Vllm032Wire)
+    wire: WireDialect = field(default_factory=Vllm032Wire)
     rng: random.Random = field(default_factory=random.Random)
     fingerprint: str = ""
+    dialect: str = "vllm"
+
+    def dialect_body(self, body: object) -> object:
+        """The request as the vLLM-shaped validator reads it (see ``wires.request_body``)."""
+        return request_body(self.dialect, body)
 
     def new_id(self, prefix: str, request: web.Request, job: Job | None) -> str:
         """``chatcmpl-…``/``cmpl-…`` from ``X-Request-Id``, the body's ``request_id``, or

@@ -9,10 +9,12 @@ from __future__ import annotations
 import random
 import time
 import zlib
+from collections.abc import Awaitable, Callable
 
 import orjson
 from aiohttp import web
 
+from sidecar.simulator import ollama
 from sidecar.simulator.node import (
     BASE_HEADERS,
     NODE_KEY,
@@ -151,3 +153,33 @@ async def embeddings_route(request: web.Request) -> web.Response:
         },
     }
     return json_response(orjson.dumps(payload))
+
+
+def add_dialect_routes(app: web.Application, dialect: str) -> None:
+    """The routes by which each server is recognised (``sidecar.dialects.detect``), and
+    Ollama's native API. ⚠ The bodies of ``/props`` and ``/get_model_info`` carry only
+    a few of the real servers' fields."""
+    if dialect == "vllm":
+        app.router.add_get("/version", _json_route({"version": "0.32.0"}))
+    elif dialect == "llamacpp":
+        app.router.add_get("/props", _json_route({
+            "default_generation_settings": {"n_ctx": 8192, "params": {"reasoning_format":
+                                                                       "deepseek"}},
+            "total_slots": 1, "model_path": "sim.gguf", "build_info": "b7000-sim"}))
+    elif dialect == "sglang":
+        app.router.add_get("/get_model_info", _json_route({
+            "model_path": "sim-qwen3", "tokenizer_path": "sim-qwen3", "is_generation": True}))
+    elif dialect == "ollama":
+        app.router.add_get("/api/version", ollama.version_route)
+        app.router.add_get("/api/tags", ollama.tags_route)
+        app.router.add_post("/api/chat", ollama.chat_route)
+        app.router.add_post("/api/generate", ollama.generate_route)
+
+
+def _json_route(obj: object) -> Callable[[web.Request], Awaitable[web.Response]]:
+    body = orjson.dumps(obj)
+
+    async def handler(_request: web.Request) -> web.Response:
+        return json_response(body)
+
+    return handler

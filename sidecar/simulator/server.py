@@ -13,6 +13,7 @@ from sidecar.simulator.config import SimulatorConfig
 from sidecar.simulator.metrics import SimMetrics
 from sidecar.simulator.node import NODE_KEY, VLLM_VERSION, Node
 from sidecar.simulator.routes import (
+    add_dialect_routes,
     embeddings_route,
     health_route,
     metrics_route,
@@ -20,10 +21,18 @@ from sidecar.simulator.routes import (
     tokenize_route,
 )
 from sidecar.simulator.streaming import chat_route, completions_route
+from sidecar.simulator.wire import Vllm032Wire, WireDialect
+from sidecar.simulator.wires import LlamaCppWire, OllamaOpenAIWire, SglangWire
+
+_WIRES: dict[str, type[WireDialect]] = {
+    "vllm": Vllm032Wire, "llamacpp": LlamaCppWire, "sglang": SglangWire,
+    "ollama": OllamaOpenAIWire,
+}
 
 
 def make_simulator_app(config: SimulatorConfig) -> web.Application:
-    """Build a simulated vLLM 0.32 node (``--reasoning-parser qwen3``) as an aiohttp app."""
+    """Build a simulated node as an aiohttp app: vLLM 0.32 (``--reasoning-parser qwen3``)
+    by default, or the server named by ``config.dialect``."""
     behaviours = Behaviours(
         seed=config.seed,
         served_model_name=config.served_model_name,
@@ -35,6 +44,8 @@ def make_simulator_app(config: SimulatorConfig) -> web.Application:
         metrics=SimMetrics(behaviours.names),
         rng=random.Random(config.seed),  # noqa: S311 - reproducible ids, not secrets
         fingerprint=f"vllm-{VLLM_VERSION}-{zlib.crc32(str(config.seed).encode()):08x}",
+        wire=_WIRES[config.dialect](),
+        dialect=config.dialect,
     )
     app = web.Application(client_max_size=64 * 1024 * 1024)
     app[NODE_KEY] = node
@@ -45,6 +56,7 @@ def make_simulator_app(config: SimulatorConfig) -> web.Application:
     app.router.add_post("/v1/completions", completions_route)
     app.router.add_post("/tokenize", tokenize_route)
     app.router.add_post("/v1/embeddings", embeddings_route)
+    add_dialect_routes(app, config.dialect)
     return app
 
 

@@ -69,7 +69,7 @@ async def _generate(request: web.Request, *, chat: bool) -> web.StreamResponse:
         # Nothing reaches the client; aiohttp drops a response for an aborted transport.
         return web.Response(status=499)
     try:
-        body = await read_json(request)
+        body = node.dialect_body(await read_json(request))
         parse = parse_chat if chat else parse_completion
         job = parse(body, known=node.behaviours.names, max_model_len=node.config.max_model_len)
         trace = None
@@ -124,6 +124,7 @@ class _Run:
         self.chat = chat
         self.accounting = Accounting(node, job.model)
         self.sent = 0  # token chunks sent (or, non-streaming, tokens generated)
+        self.roled: set[int] = set()  # choices whose first delta carried the role
         self.resp: web.StreamResponse | None = None
 
     def _fault(self, kind: FaultKind) -> bool:
@@ -183,7 +184,9 @@ class _Run:
             await self._write(
                 wire.stream_error("Internal server error", "InternalServerError", 500)
             )
-            await self._write(wire.done())
+            tail = wire.done_after_error()
+            if tail:
+                await self._write(tail)
             return True
         return fault.kind is FaultKind.NO_DONE and fault.after_given and self.job.stream
 
@@ -217,6 +220,9 @@ class _Run:
             delta: dict[str, str] = {}
         else:
             delta = {token.channel.value: token.text}
+        if wire.role_in_first_delta and index not in self.roled:
+            self.roled.add(index)
+            delta = {"role": "assistant", "content": "", **delta}
         return wire.chat_delta_chunk(
             self.ident,
             index,
@@ -241,7 +247,7 @@ class _Run:
         last: dict[int, Token] = {}
         first = True
         for step in interleave(choices):
-            if first and self.chat:
+            if first and self.chat and not wire.role_in_first_delta:
                 for index in range(job.n):
                     usage = self._usage(None) if job.continuous_usage else None
                     await self._write(wire.chat_role_chunk(self.ident, index, usage))

@@ -54,6 +54,14 @@ def _dumps(obj: Any) -> bytes:
 class WireDialect(abc.ABC):
     """What a simulated server dialect must be able to encode."""
 
+    #: True for servers without a role-only first chunk: the first delta of each choice
+    #: carries ``role`` (Ollama's OpenAI layer).
+    role_in_first_delta = False
+
+    def done_after_error(self) -> bytes:
+        """What follows an in-stream error event: ``done()`` unless the server just stops."""
+        return self.done()
+
     @abc.abstractmethod
     def event(self, payload: bytes) -> bytes:
         """Frame one stream event."""
