@@ -44,6 +44,11 @@ def make_app(config: Config, metrics: Metrics) -> web.Application:
         app.middlewares.append(_api_key_middleware(config.api_key))
     app.router.add_post("/v1/chat/completions", proxy.chat)
     app.router.add_post("/v1/completions", proxy.completions)
+    if proxy.dialect.native_ndjson or config.dialect == "auto":
+        # Ollama's native API. With "auto" the routes exist before the probe has run;
+        # the handlers pass the request through unless the upstream is Ollama.
+        app.router.add_post("/api/chat", proxy.ollama_chat)
+        app.router.add_post("/api/generate", proxy.ollama_generate)
     app.router.add_route("*", "/{tail:.*}", proxy.passthrough)
     return app
 

@@ -34,8 +34,10 @@ from aiohttp import web
 from yarl import URL
 
 from detectors import DetectorConfig, Verdict, resolve_thinking_budget
+from sidecar import ollama
 from sidecar.aggregate import Aggregator
-from sidecar.config import MODES, Config, Mode, model_override
+from sidecar.config import MODES, Config, Mode, ThinkingOffRule, model_override
+from sidecar.dialects import DIALECTS, PROBES, ProbeAnswer, detect, effective_config
 from sidecar.errors import (
     RequestTooLarge,
     UpstreamDisconnected,
@@ -48,6 +50,8 @@ from sidecar.fleet import Fleet
 from sidecar.headers import forward_headers
 from sidecar.logs import access_log_fields, runaway_log_fields
 from sidecar.metrics import LadderStep, Metrics, Outcome
+from sidecar.ndjson import NDJSONDecoder
+from sidecar.ollama_attempt import OllamaAttempt
 from sidecar.policy import Decision, Policy, RequestView, header_thinking, rules_of
 from sidecar.reissue import (
     deep_merge,
@@ -81,6 +85,7 @@ class Exchange:
     max_tokens: int | None = None
     budget_key: str = ""
     hide_reasoning: bool = False
+    native: ollama.Kind | None = None  # Ollama's native API (NDJSON), else OpenAI's
     outcome: Outcome = "ok"
     upstream_status: int | None = None
     verdicts: list[Verdict] = field(default_factory=list)
@@ -109,7 +114,8 @@ class Proxy:
     """Request handlers bound to one upstream and one config (swapped on reload)."""
 
     def __init__(self, config: Config, metrics: Metrics) -> None:
-        self.config = config
+        self.dialect = DIALECTS["vllm" if config.dialect == "auto" else config.dialect]
+        self.config = effective_config(config, self.dialect)
         self.metrics = metrics
         self.fleet = Fleet(config, metrics)
         self.policy = Policy(rules_of(config.policy.rules, config.policy.presets))
@@ -132,6 +138,27 @@ class Proxy:
             auto_decompress=False,
             skip_auto_headers=("User-Agent", "Accept-Encoding", "Content-Type"),
         )
+        if cfg.dialect == "auto":
+            await self._detect_dialect()
+
+    async def _detect_dialect(self) -> None:
+        """``dialect = "auto"``: probe the upstream once and keep what it looks like."""
+        answers: dict[str, ProbeAnswer] = {}
+        for path in PROBES:
+            try:
+                async with self.session.get(
+                    self._base + path, timeout=aiohttp.ClientTimeout(total=2)
+                ) as resp:
+                    answers[path] = ProbeAnswer(resp.status, resp.headers.get("Server", ""),
+                                                await resp.content.read(64 * 1024))
+            except (TimeoutError, aiohttp.ClientError, OSError):
+                answers[path] = ProbeAnswer(None)
+        found = detect(answers)
+        self.dialect = found.dialect
+        self.config = effective_config(self.config, self.dialect)
+        (log.info if found.certain else log.warning)(
+            "dialect_detected", dialect=found.dialect.name, server=found.dialect.server,
+            evidence=found.evidence, upstream=self._base)
 
     async def close(self) -> None:
         """Close the upstream pool and the fleet memory's Redis pool."""
@@ -141,8 +168,9 @@ class Proxy:
 
     def reconfigure(self, config: Config) -> None:
         """Take a reloaded config for requests that start from now on. The upstream, the
-        runaway memory and the adaptive budgets (and their Redis) stay as they were."""
-        self.config = config
+        runaway memory and the adaptive budgets (and their Redis) stay as they were, and so
+        does the upstream dialect."""
+        self.config = effective_config(config, self.dialect)
         self.policy = Policy(rules_of(config.policy.rules, config.policy.presets))
 
     @property
@@ -159,7 +187,7 @@ class Proxy:
         """Readiness: the upstream answered ``GET /health`` with a 2xx."""
         try:
             async with self.session.get(
-                self._base + "/health", timeout=aiohttp.ClientTimeout(total=2)
+                self._base + self.dialect.health_path, timeout=aiohttp.ClientTimeout(total=2)
             ) as resp:
                 return 200 <= resp.status < 300
         except (TimeoutError, aiohttp.ClientError, OSError):
@@ -242,6 +270,21 @@ class Proxy:
         """``POST /v1/completions``."""
         return await self._watched(request, "completions")
 
+    async def ollama_chat(self, request: web.Request) -> web.StreamResponse:
+        """Ollama's ``POST /api/chat`` (NDJSON)."""
+        if not self.dialect.native_ndjson:  # "auto" found another server
+            return await self.passthrough(request)
+        return await self._watched(request, "chat", native="chat")
+
+    async def ollama_generate(self, request: web.Request) -> web.StreamResponse:
+        """Ollama's ``POST /api/generate`` (NDJSON)."""
+        if not self.dialect.native_ndjson:  # "auto" found another server
+            return await self.passthrough(request)
+        return await self._watched(request, "completions", native="generate")
+
+    def _off_rules(self, native: ollama.Kind | None) -> tuple[ThinkingOffRule, ...]:
+        return self.dialect.native_thinking_off if native else self.config.reissue.rules
+
     async def _read_body(self, request: web.Request) -> bytes:
         limit = self.config.max_body_bytes
         if request.content_length is not None and request.content_length > limit:
@@ -255,7 +298,8 @@ class Proxy:
             chunks.append(chunk)
         return b"".join(chunks)
 
-    async def _watched(self, request: web.Request, route: Route) -> web.StreamResponse:
+    async def _watched(self, request: web.Request, route: Route,
+                       native: ollama.Kind | None = None) -> web.StreamResponse:
         cfg = self.config
         try:
             raw = await self._read_body(request)
@@ -283,7 +327,7 @@ class Proxy:
             return await self.passthrough(request, raw)
         if decision.thinking == "off" and decision.source != "client" and not thinking_disabled(
                 body):
-            body = deep_merge(body, thinking_off_patch(model or "", cfg.reissue.rules))
+            body = deep_merge(body, thinking_off_patch(model or "", self._off_rules(native)))
             raw = orjson.dumps(body)
         hide_reasoning = body.get("include_reasoning") is False
         if hide_reasoning:  # the tokens are generated anyway: watch them, then hide them
@@ -292,8 +336,9 @@ class Proxy:
         ex = Exchange(route=route, model=model, mode=mode,
                       request_id=request.headers.get("X-Request-Id") or uuid.uuid4().hex,
                       started=asyncio.get_running_loop().time(),
-                      client_stream=body.get("stream") is True,
-                      max_tokens=_max_tokens(body), budget_key=budget_key)
+                      client_stream=(body.get("stream") is True if native is None
+                                     else ollama.client_streams(body)),
+                      max_tokens=_max_tokens(body), budget_key=budget_key, native=native)
         if decision.source != "default":
             if decision.rule is not None:
                 self.metrics.policy_decision(decision.rule)
@@ -302,6 +347,9 @@ class Proxy:
         ex.hide_reasoning = hide_reasoning
         sink: _Sink = (_StreamSink(request) if ex.client_stream
                        else _BodySink(route, hide_reasoning=hide_reasoning))
+        if native is not None:
+            sink = (_NdjsonStreamSink(request, native) if ex.client_stream
+                    else _NdjsonBodySink(request, native))
         self.metrics.stream_started()
         try:
             try:
@@ -373,24 +421,31 @@ class Proxy:
         upstream_raw: bytes | None = raw if ex.client_stream else None
         if (cfg.memory.enabled and ex.mode == "enforce" and not thinking_disabled(body)
                 and await self.fleet.recalls(fingerprint, loop.time())):
-            upstream_body = no_think_body(body, cfg.reissue.rules, client_stream=ex.client_stream,
-                                          open_choices=len(open_choices))
+            upstream_body = (ollama.no_think_body(body, self._off_rules(ex.native))
+                             if ex.native else
+                             no_think_body(body, cfg.reissue.rules, client_stream=ex.client_stream,
+                                           open_choices=len(open_choices)))
             upstream_raw = None
             log.info("runaway_memory_hit", request_id=ex.request_id, model=ex.model)
         elif upstream_raw is None:
-            upstream_body = watched_body(body, client_stream=False)
+            upstream_body = (ollama.watched_body(body) if ex.native
+                             else watched_body(body, client_stream=False))
         step = "original"
         head: Head | None = None
         earlier = Totals()
         index_map: dict[int, int] | None = None
         aggregator = sink.aggregator
         while True:
-            attempt = Attempt(
+            attempt: Attempt | OllamaAttempt = Attempt(
                 route=ex.route, number=ex.attempts, detectors=detectors,
                 started_at=loop.time(), head=head, index_map=index_map,
                 reasoning_to_content=step == "salvage", aggregator=aggregator,
                 earlier=earlier, hide_reasoning=ex.hide_reasoning,
                 stop_on_verdict=ex.mode in ("enforce", "cut"),
+            ) if ex.native is None else OllamaAttempt(
+                kind=ex.native, number=ex.attempts, detectors=detectors,
+                started_at=loop.time(), exchange_started=ex.started, head=head,
+                earlier=earlier, stop_on_verdict=ex.mode in ("enforce", "cut"),
             )
             ex.attempts += 1
             try:
@@ -464,9 +519,14 @@ class Proxy:
             await sink.splice_start(head, verdict, f"reissue:{step}", ex.attempts - 1,
                                     [i for i in open_choices if attempt.inline_open(i)])
 
-    def _step_body(self, body: dict[str, Any], step: str, ex: Exchange, attempt: Attempt,
-                   verdict: Verdict, open_count: int) -> dict[str, Any] | None:
+    def _step_body(self, body: dict[str, Any], step: str, ex: Exchange,
+                   attempt: Attempt | OllamaAttempt, verdict: Verdict,
+                   open_count: int) -> dict[str, Any] | None:
         rules = self.config.reissue.rules
+        if ex.native is not None:  # no salvage on the native API: no prefill to continue
+            fallback = step.split(":", 1)[1] if step.startswith("fallback:") else None
+            return (None if step == "salvage" else
+                    ollama.no_think_body(body, self._off_rules(ex.native), model=fallback))
         if step == "salvage":
             index = attempt.verdict_index if attempt.verdict_index is not None else 0
             reasoning = useful_reasoning(attempt.reasoning_of(index), verdict.evidence.excerpt)
@@ -475,7 +535,7 @@ class Proxy:
         return no_think_body(body, rules, client_stream=ex.client_stream,
                              open_choices=open_count, model=model)
 
-    async def _attempt(self, request: web.Request, ex: Exchange, attempt: Attempt,
+    async def _attempt(self, request: web.Request, ex: Exchange, attempt: Attempt | OllamaAttempt,
                        raw: bytes | None, body: dict[str, Any] | None, sink: _Sink) -> None:
         """One upstream request, pumped through ``attempt`` into ``sink``."""
         data = raw if raw is not None else orjson.dumps(body)
@@ -489,12 +549,14 @@ class Proxy:
         headers_received = False
         try:
             async with self.session.post(
-                self._base + ("/v1/chat/completions" if ex.route == "chat" else "/v1/completions"),
+                self._base + (ollama.NATIVE_PATHS[ex.native] if ex.native else
+                              "/v1/chat/completions" if ex.route == "chat" else "/v1/completions"),
                 data=data, headers=headers,
             ) as up:
                 headers_received = True
                 ctype = up.headers.get("Content-Type", "")
-                if up.status != 200 or not ctype.startswith("text/event-stream"):
+                if up.status != 200 or not ctype.startswith(
+                        ollama.NDJSON_TYPE if ex.native else "text/event-stream"):
                     raise _UpstreamStatus(up.status, up.headers, await up.read())
                 ex.upstream_status = up.status
                 sink.upstream_headers(up.headers)
@@ -537,7 +599,8 @@ class Proxy:
 
     # -- accounting --------------------------------------------------------------------
 
-    def _record_verdict(self, ex: Exchange, attempt: Attempt, verdict: Verdict) -> None:
+    def _record_verdict(self, ex: Exchange, attempt: Attempt | OllamaAttempt,
+                        verdict: Verdict) -> None:
         ex.verdicts.append(verdict)
         mode = ex.mode if ex.mode in ("enforce", "cut", "shadow") else "enforce"
         self.metrics.runaway(ex.model, verdict.detector, verdict.channel, mode)
@@ -717,6 +780,91 @@ class _BodySink(_Sink):
                             content_type="application/json")
 
 
+class _NdjsonStreamSink(_StreamSink):
+    """A streaming client of Ollama's native API: NDJSON lines; errors after output
+    started are an ``{"error": …}`` line; a splice leaves no marker (NDJSON has no
+    comments) and ends with one ``done: true`` line."""
+
+    def __init__(self, request: web.Request, kind: ollama.Kind) -> None:
+        super().__init__(request)
+        self.kind = kind
+        self._started = time.monotonic()
+
+    async def fail(self, err: UpstreamError, head: Head | None) -> None:
+        if self.response is None:
+            self.status = err.status
+            self._final = web.Response(status=err.status, body=orjson.dumps({"error": str(err)}),
+                                       content_type="application/json")
+            return
+        await self.write(ollama.error_line(str(err)))
+
+    async def splice_start(self, head: Head, verdict: Verdict, action: str, attempt: int,
+                           inline_open: list[int]) -> None:
+        if inline_open:
+            await self.write(ollama.text_line(self.kind, head.model, _created_at(), "</think>"))
+
+    async def end(self, head: Head, verdict: Verdict, action: str, attempt: int,
+                  open_choices: list[int], totals: Totals, usage: bool) -> None:
+        await self.write(ollama.final_line(
+            self.kind, head.model, _created_at(), done_reason="length",
+            prompt_tokens=totals.prompt_tokens, completion_tokens=totals.completion_tokens,
+            seconds=time.monotonic() - self._started))
+
+
+class _NdjsonBodySink(_NdjsonStreamSink):
+    """A ``"stream": false`` client of Ollama's native API: the lines a streaming client
+    would have seen, folded into one JSON object."""
+
+    def __init__(self, request: web.Request, kind: ollama.Kind) -> None:
+        super().__init__(request, kind)
+        self._decoder = NDJSONDecoder()
+        self._folder = ollama.Folder(kind)
+        self._action: str | None = None
+
+    async def write(self, data: bytes) -> None:
+        for item in self._decoder.feed(data):
+            if item.data.strip():
+                self._folder.add(orjson.loads(item.data))
+
+    async def fail(self, err: UpstreamError, head: Head | None) -> None:
+        self.status = err.status
+        self._final = web.Response(status=err.status, body=orjson.dumps({"error": str(err)}),
+                                   content_type="application/json")
+
+    async def splice_start(self, head: Head, verdict: Verdict, action: str, attempt: int,
+                           inline_open: list[int]) -> None:
+        self._action = "reissue"
+        await super().splice_start(head, verdict, action, attempt, inline_open)
+
+    async def end(self, head: Head, verdict: Verdict, action: str, attempt: int,
+                  open_choices: list[int], totals: Totals, usage: bool) -> None:
+        self._action = action
+        await super().end(head, verdict, action, attempt, open_choices, totals, usage)
+
+    async def finish(self, ex: Exchange) -> web.StreamResponse:
+        if self._final is not None:
+            return self._final
+        if self._folder.error is not None:
+            self.status = 500
+            return web.Response(status=500, body=orjson.dumps({"error": self._folder.error}),
+                                content_type="application/json")
+        headers = forward_headers(self._headers or {}, drop=("content-type",))
+        if ex.verdicts and ex.mode != "shadow":
+            headers["X-Runaway-Detector"] = ex.verdicts[0].detector
+            headers["X-Runaway-Action"] = self._action or "reissue"
+            headers["X-Runaway-Attempts"] = str(ex.attempts)
+        body = self._folder.body()
+        self.bytes_sent = len(body)
+        resp = web.Response(status=200, body=body, headers=headers)
+        resp.content_type, resp.charset = "application/json", "utf-8"
+        return resp
+
+
+def _created_at() -> str:
+    """Now, as Ollama's ``created_at`` (RFC 3339 in UTC)."""
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
 # -- helpers ---------------------------------------------------------------------------------
 
 
@@ -791,7 +939,7 @@ def _wants_usage(body: dict[str, Any]) -> bool:
         isinstance(opts, dict) and opts.get("include_usage") is True)
 
 
-def _finished_client(attempt: Attempt) -> set[int]:
+def _finished_client(attempt: Attempt | OllamaAttempt) -> set[int]:
     return {attempt.index_map.get(i, i) for i, c in attempt.choices.items() if c.finished}
 
 
