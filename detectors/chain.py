@@ -85,6 +85,7 @@ class Chain:
 
     __slots__ = (
         "_content",
+        "_content_factories",
         "_last_channel",
         "_seconds_budget",
         "_stall",
@@ -102,7 +103,9 @@ class Chain:
         self.name = "chain"
         factories = text_analyzers(config)
         self._thinking = _Stream(factories)
-        self._content = _Stream(factories if config.content_enabled else [])
+        # Built on the first content delta: most of a reasoning stream never needs its tables.
+        self._content: _Stream | None = None
+        self._content_factories = factories if config.content_enabled else []
         self._token_budget = (
             None
             if config.thinking_token_budget is None
@@ -154,6 +157,8 @@ class Chain:
             stream = self._thinking
         else:
             self.content_tokens += tokens
+            if self._content is None:
+                self._content = _Stream(self._content_factories)
             stream = self._content
         blocker = stream.blocker
         base = blocker.chars

@@ -187,8 +187,7 @@ class RecurrenceAnalyzer:
                 rec1 += 1
                 if c >= min_seen:
                     rec += 1
-                    if c > top:
-                        top = c
+                    top = max(top, c)
             if slot != dropped and c < 255:
                 counts[slot] = c + 1
             if filled >= hist:
