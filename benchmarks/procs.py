@@ -84,6 +84,7 @@ class Proc:
     cmd: list[str]
     port: int
     env: dict[str, str] = field(default_factory=dict)
+    cwd: Path = ROOT  # ``python -m`` imports from here first
     popen: subprocess.Popen[bytes] | None = None
 
     @property
@@ -97,7 +98,7 @@ class Proc:
 
     def start(self, log_dir: Path, timeout: float = 60.0) -> None:
         log = (log_dir / f"{self.name}.log").open("wb")
-        self.popen = subprocess.Popen(self.cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
+        self.popen = subprocess.Popen(self.cmd, cwd=self.cwd, stdout=log, stderr=subprocess.STDOUT,
                                       env={**os.environ, **self.env})
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -133,12 +134,16 @@ def floor(kind: str, upstream: str) -> Proc:
                        "--listen", f"127.0.0.1:{port}", "--upstream", upstream], port)
 
 
-def sidecar(name: str, upstream: str, mode: str, workers: int = 1) -> Proc:
+def sidecar(name: str, upstream: str, mode: str, workers: int = 1,
+            root: Path = ROOT) -> Proc:
+    """``serve`` from the package in ``root`` (another checkout: a before/after run)."""
     port = free_port()
-    return Proc(name, [PYTHON, "-m", "sidecar", "serve", "--upstream", upstream,
+    proc = Proc(name, [PYTHON, "-m", "sidecar", "serve", "--upstream", upstream,
                        "--listen", f"127.0.0.1:{port}",
                        "--metrics-listen", f"127.0.0.1:{free_port()}",
                        "--mode", mode, "--workers", str(workers)], port)
+    proc.cwd = root
+    return proc
 
 
 @contextlib.contextmanager

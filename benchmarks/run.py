@@ -37,7 +37,6 @@ import functools
 import json
 import signal
 import statistics
-import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -54,7 +53,8 @@ from benchmarks.procs import Proc, cpu_seconds, rss_bytes, running
 CONFIGS = ("direct", "passthrough", "parsing", "shadow", "enforce")
 
 
-def _setup(upstream: Proc, names: list[str], litellm: Path | None) -> list[Proc]:
+def _setup(upstream: Proc, names: list[str], litellm: Path | None,
+           baseline: Path | None = None) -> list[Proc]:
     """The proxies named in ``names`` (``direct`` needs none), in front of ``upstream``."""
     out: list[Proc] = []
     for name in names:
@@ -62,6 +62,10 @@ def _setup(upstream: Proc, names: list[str], litellm: Path | None) -> list[Proc]
             out.append(procs.floor(name, upstream.url))
         elif name in ("shadow", "enforce"):
             out.append(procs.sidecar(name, upstream.url, name))
+        elif name.endswith("-base"):
+            assert baseline is not None
+            out.append(procs.sidecar(name, upstream.url, name.removesuffix("-base"),
+                                     root=baseline))
         elif name == "litellm":
             assert litellm is not None
             out.append(_litellm(litellm, upstream.url))
@@ -126,7 +130,7 @@ async def paced(args: argparse.Namespace) -> dict[str, Any]:
         names.append("litellm")
     sim = procs.simulator("simulator", args.rate)
     with running([sim], args.logs):
-        proxies = _setup(sim, names, args.litellm)
+        proxies = _setup(sim, names, args.litellm, args.baseline)
         with running(proxies, args.logs):
             by_name = {p.name: p for p in proxies}
             # Warm up every path (imports, pools, first-request costs) before measuring.
@@ -321,6 +325,9 @@ def main(argv: list[str] | None = None) -> int:
     common.add_argument("--logs", type=Path,
                         default=Path(tempfile.gettempdir()) / "runaway-sidecar-bench")
     common.add_argument("--json", type=Path, help="write every run's figures here")
+    common.add_argument("--baseline", type=Path, metavar="DIR",
+                        help="a copy of the repository (e.g. git worktree of an older "
+                        "commit): configurations 'enforce-base'/'shadow-base' run its sidecar")
     common.add_argument("--rate", type=float, default=50.0)
     common.add_argument("--duration", type=float, default=10.0)
     common.add_argument("--max-tokens", type=int, default=300)
@@ -341,10 +348,18 @@ def main(argv: list[str] | None = None) -> int:
     p.set_defaults(func=workers, duration=8.0)
     args = parser.parse_args(argv)
     install_uvloop()
-    # SIGTERM (e.g. from ``timeout``) must still stop the processes this run started.
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     started = time.time()
-    result = asyncio.run(args.func(args))
+
+    async def suite() -> dict[str, Any]:
+        # SIGTERM (e.g. from ``timeout``) cancels the suite, so the ``running`` blocks
+        # still stop every process this run started.
+        task = asyncio.current_task()
+        assert task is not None
+        asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, task.cancel)
+        out: dict[str, Any] = await args.func(args)
+        return out
+
+    result = asyncio.run(suite())
     result["wall_s"] = time.time() - started
     if args.json is not None:
         args.json.write_text(json.dumps(result, indent=1, default=str), encoding="utf-8")
