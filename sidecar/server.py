@@ -34,7 +34,7 @@ from sidecar.proxy import Proxy
 
 log = structlog.get_logger("runaway_sidecar")
 
-_RESTART_ONLY = ("upstream", "listen", "metrics_listen", "workers")
+_RESTART_ONLY = ("upstream", "listen", "metrics_listen", "workers", "dialect")
 
 
 def debug_policy_handler(proxy: Proxy) -> Handler:
