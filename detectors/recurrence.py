@@ -97,7 +97,7 @@ class RecurrenceAnalyzer:
         self._bits = table.bit_length() - 1
         self._counts = bytearray(table)
         self._fps = bytearray(table)
-        self._ring = array("H", bytes(2 * history))
+        self._ring = array("H", [0]) * history
         self._rpos = 0
         self._n = 0
         self._min_seen = min_seen

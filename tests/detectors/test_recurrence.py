@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import tracemalloc
+
 from detector_helpers import feed_text, load
 
 from detectors import DetectorConfig
 from detectors.blocks import Blocker
+from detectors.chain import text_analyzers
 from detectors.recurrence import RecurrenceAnalyzer
 from detectors.replay import split_stream
 
@@ -83,3 +86,19 @@ def test_interleaved_copies_accumulate() -> None:
     verdict = feed_text(text)
     assert verdict is not None
     assert verdict.detector == "recurrence"
+
+
+def test_each_text_detector_stays_under_64_kib() -> None:
+    """Each text analyzer's peak memory over a 180k-character stream is at most 64 KiB."""
+    text = "".join(_reasoning(i) for i in (19, 26, 31, 32, 14, 15, 16))[:180_000]
+    blocks = Blocker().push(text) or []
+    assert len(blocks) > 600
+    for name, make in text_analyzers(DetectorConfig()):
+        tracemalloc.start()
+        base = tracemalloc.get_traced_memory()[0]
+        analyzer = make()
+        for block in blocks:
+            analyzer.analyze(block)
+        peak = tracemalloc.get_traced_memory()[1] - base
+        tracemalloc.stop()
+        assert peak <= 64 * 1024, (name, peak)
