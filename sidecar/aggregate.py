@@ -78,7 +78,9 @@ class Aggregator:
 
     def _add_choice(self, acc: _ChoiceAcc, choice: dict[str, Any]) -> None:
         if self.route == "chat":
-            delta = choice.get("delta") or {}
+            delta = choice.get("delta")
+            if not isinstance(delta, dict):  # the stream model lets odd deltas through
+                delta = {}
             if isinstance(delta.get("role"), str):
                 acc.role = delta["role"]
             if isinstance(delta.get("content"), str):
@@ -87,7 +89,8 @@ class Aggregator:
                 if isinstance(delta.get(key), str):
                     acc.reasoning.append(delta[key])
                     acc.reasoning_key = key
-            for call in delta.get("tool_calls") or ():
+            calls = delta.get("tool_calls")
+            for call in calls if isinstance(calls, list) else ():
                 _merge_tool_call(acc.tool_calls, call)
         elif isinstance(choice.get("text"), str):
             acc.content.append(choice["text"])
@@ -176,11 +179,17 @@ class Aggregator:
         }
 
 
+_MAX_TOOL_CALL_GAP = 64
+
+
 def _merge_tool_call(calls: list[dict[str, Any]], delta: Any) -> None:
     """Fold a streamed tool-call fragment into the list of complete calls."""
     if not isinstance(delta, dict):
         return
     index = delta.get("index", len(calls))
+    # vLLM numbers calls 0, 1, 2...; a wild index must not allocate (or loop) its way there.
+    if not isinstance(index, int) or not 0 <= index <= len(calls) + _MAX_TOOL_CALL_GAP:
+        return
     while len(calls) <= index:
         calls.append({"id": None, "type": "function", "function": {"name": "", "arguments": ""}})
     call = calls[index]

@@ -314,7 +314,7 @@ class Proxy:
             body = orjson.loads(raw)
         except orjson.JSONDecodeError:
             body = None
-        if not isinstance(body, dict):
+        if not isinstance(body, dict) or not _watchable(raw, body):
             # Not ours to judge: vLLM answers malformed requests with its own 400.
             return await self.passthrough(request, raw)
         model = body.get("model") if isinstance(body.get("model"), str) else None
@@ -910,6 +910,29 @@ def _body_timeout_response() -> web.Response:
     resp.force_close()  # the rest of the body may still trickle in: do not read it
     return resp
 
+
+
+# Choices the sidecar keeps books on per request; vLLM refuses far fewer than this anyway.
+_MAX_WATCHED_CHOICES = 4096
+# orjson parses 1,024 levels of nesting but serializes only 254; the sidecar must be able
+# to re-serialize a body it watches (fingerprint, reissues).
+_MAX_DEPTH_WITHOUT_CHECK = 254
+
+
+def _watchable(raw: bytes, body: dict[str, Any]) -> bool:
+    """Whether the sidecar can watch this request; otherwise it is passed through and vLLM
+    judges it. A huge ``n`` would make the per-choice bookkeeping allocate without bound;
+    a body nested deeper than orjson serializes could not be fingerprinted or reissued."""
+    n = body.get("n")
+    if isinstance(n, int) and n > _MAX_WATCHED_CHOICES:
+        return False
+    if raw.count(b"[") + raw.count(b"{") <= _MAX_DEPTH_WITHOUT_CHECK:
+        return True  # cannot nest deeper than it has brackets: skip the costly check
+    try:
+        orjson.dumps(body)
+    except TypeError:
+        return False
+    return True
 
 
 def _json_error(status: int, message: str, error_type: str,

@@ -260,7 +260,7 @@ class Attempt:
             return DONE_EVENT if any(isinstance(p, Done) for p in parsed) else raw
         if self.head is None or "error" in chunk:
             return raw
-        if chunk.get("usage") is not None and not chunk.get("choices"):
+        if isinstance(chunk.get("usage"), dict) and not chunk.get("choices"):
             chunk["usage"] = self.summed_usage(chunk["usage"])
         rewritten = rewrite(self.head, chunk, self.index_map,
                             reasoning_to_content=self.reasoning_to_content)
@@ -269,8 +269,8 @@ class Attempt:
     def summed_usage(self, usage: dict[str, Any]) -> dict[str, Any]:
         """``usage`` with the tokens of earlier attempts added (billing stays honest)."""
         out = dict(usage)
-        prompt = int(out.get("prompt_tokens") or 0)
-        completion = int(out.get("completion_tokens") or 0)
+        prompt = _count(out.get("prompt_tokens"))
+        completion = _count(out.get("completion_tokens"))
         earlier = self.earlier
         out["prompt_tokens"] = prompt + earlier.prompt_tokens + earlier.unknown_prompts * prompt
         out["completion_tokens"] = completion + earlier.completion_tokens
@@ -293,3 +293,11 @@ class Attempt:
             self.earlier.reasoning_tokens + reasoning,
             self.earlier.unknown_prompts + (0 if usage else 1),
         )
+
+
+def _count(value: Any) -> int:
+    """A token count from upstream usage; anything but a plausible count (a non-negative
+    integer below 2**53) reads as 0, so odd usage cannot break the spliced stream."""
+    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2**53:
+        return value
+    return 0

@@ -1,0 +1,186 @@
+"""Properties of the sidecar's pure parsers, one case at a time (shared by the Hypothesis
+tests here and ``benchmarks/fuzz.py``).
+
+Each ``check_*`` runs one input through a parser and raises ``AssertionError`` when a
+documented contract breaks: an exception other than the documented one escapes, bytes
+are lost, or a rewritten request body changes a field it must not touch.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Sequence
+from typing import Any
+
+import orjson
+
+from detectors import DetectorConfig
+from sidecar.aggregate import Aggregator
+from sidecar.config import DEFAULT_THINKING_OFF_RULES
+from sidecar.errors import UpstreamProtocolError
+from sidecar.reissue import (
+    no_think_body,
+    prompt_fingerprint,
+    salvage_body,
+    thinking_disabled,
+    useful_reasoning,
+    watched_body,
+)
+from sidecar.splice import Head
+from sidecar.sse import SSEDecoder, SSEError
+from sidecar.stream import MalformedChunk, Route, StreamModel
+from sidecar.watch import Attempt, Totals
+
+# Fields a reissue may change (sidecar/reissue.py's docstring), besides the top-level
+# keys of the matching thinking-off rule.
+NO_THINK_FIELDS = frozenset({"stream", "stream_options", "n", "model"})
+SALVAGE_FIELDS = frozenset({"stream", "stream_options", "messages", "continue_final_message",
+                            "add_generation_prompt"})
+_DETECTORS = DetectorConfig()
+
+
+def pieces(data: bytes, cuts: Sequence[int]) -> list[bytes]:
+    """``data`` split at the (sorted, clamped) offsets ``cuts``."""
+    points = sorted({min(max(c, 0), len(data)) for c in cuts})
+    out, prev = [], 0
+    for p in [*points, len(data)]:
+        out.append(data[prev:p])
+        prev = p
+    return out
+
+
+def check_sse(data: bytes, cuts: Sequence[int], max_event_bytes: int = 1 << 20) -> int:
+    """Feeding ``data`` in pieces raises nothing but ``SSEError``; without an error the
+    events' raw bytes plus the leftover are exactly ``data``, and the decoded events do
+    not depend on where the bytes were split. Returns the number of events."""
+    split = SSEDecoder(max_event_bytes)
+    events = []
+    try:
+        for piece in pieces(data, cuts):
+            events += split.feed(piece)
+    except SSEError:
+        return -1
+    tail, rest = split.close()
+    events += tail
+    assert b"".join(e.raw for e in events) + rest == data
+    whole = SSEDecoder(1 << 30)
+    ref = whole.feed(data)
+    ref_tail, ref_rest = whole.close()
+    assert [(e.raw, e.data) for e in events] == [(e.raw, e.data) for e in ref + ref_tail]
+    assert rest == ref_rest
+    return len(events)
+
+
+def check_stream_model(route: Route, payloads: Sequence[bytes], thinking: bool = False) -> int:
+    """``StreamModel.feed`` raises only ``MalformedChunk`` and ``flush`` nothing; returns
+    the number of events."""
+    model = StreamModel(route, starts_in_thinking=thinking)
+    count = 0
+    for data in payloads:
+        try:
+            count += len(model.feed(data))
+        except MalformedChunk:
+            continue
+    count += len(model.flush())
+    for index in (0, 1, -1):
+        model.inline_open(index)
+    return count
+
+
+def check_aggregator(route: Route, chunks: Sequence[Any]) -> bytes:
+    """Every chunk the stream model accepts folds into the aggregator, and ``body()`` is
+    a JSON object."""
+    model = StreamModel(route)
+    agg = Aggregator(route)
+    for chunk in chunks:
+        try:
+            model.feed(orjson.dumps(chunk))
+        except (MalformedChunk, TypeError):
+            continue
+        # The attempt stops folding at an in-stream error event (sidecar/watch.py).
+        if model.chunk is not None and model.chunk.get("error") is None:
+            agg.add(model.chunk, index_map={0: 1, 1: 0})
+            usage = model.chunk.get("usage")
+            if isinstance(usage, dict):
+                agg.set_usage(usage)
+    agg.set_choice_text(0, finish_reason="length")
+    body = agg.body()
+    assert isinstance(orjson.loads(body), dict)
+    return body
+
+
+def check_attempt(route: Route, chunks: Sequence[bytes], *, number: int = 0,
+                  aggregate: bool = False) -> bytes:
+    """One watched attempt over arbitrary upstream bytes raises only
+    ``UpstreamProtocolError``; what it returns for the client is bytes."""
+    head = Head("chatcmpl-x", 1, "m", route) if number else None
+    attempt = Attempt(route=route, number=number, detectors=_DETECTORS, started_at=0.0,
+                      head=head, index_map={0: 1} if number else None,
+                      aggregator=Aggregator(route) if aggregate else None,
+                      earlier=Totals(3, 4, 2, 1))
+    out = b""
+    now = 0.0
+    try:
+        for chunk in chunks:
+            now += 0.01
+            out += attempt.feed(chunk, now)
+            if attempt.stopped:
+                break
+        out += attempt.eof(now)
+        attempt.tick(now + 1)
+    except UpstreamProtocolError:
+        pass
+    attempt.totals()
+    if attempt.aggregator is not None:
+        assert isinstance(orjson.loads(attempt.aggregator.body()), dict)
+    assert isinstance(out, bytes)
+    return out
+
+
+def _changed(before: dict[str, Any], after: dict[str, Any]) -> set[str]:
+    keys = set(before) | set(after)
+    return {k for k in keys if k not in before or k not in after or before[k] != after[k]}
+
+
+def check_reissue(body: dict[str, Any], *, client_stream: bool, open_choices: int,
+                  fallback: str | None, reasoning: str) -> None:
+    """Reissue bodies change only the documented fields and never the input; the
+    fingerprint and the thinking switch read any body. Bodies nested deeper than orjson
+    serializes (the proxy passes those through unwatched) are out of scope."""
+    try:
+        orjson.dumps(body)
+    except TypeError:
+        return  # too deep to re-serialize: passed through, see test_fuzz_proxy
+    before = copy.deepcopy(body)
+    thinking_disabled(body)
+    prompt_fingerprint(body)
+
+    watched = watched_body(body, client_stream=client_stream)
+    allowed = set() if client_stream else {"stream", "stream_options"}
+    assert _changed(body, watched) <= allowed
+
+    rules = DEFAULT_THINKING_OFF_RULES
+    out = no_think_body(body, rules, client_stream=client_stream, open_choices=open_choices,
+                        model=fallback)
+    target = out.get("model")
+    patch_keys: set[str] = set()
+    for rule in rules:  # the rule that applied is one of these; allow its keys
+        patch_keys |= set(rule.set)
+    assert _changed(body, out) <= NO_THINK_FIELDS | patch_keys
+    assert thinking_disabled(out) or not isinstance(target, str)
+    if fallback is not None:
+        assert out["model"] == fallback
+    for key in patch_keys & set(body):  # deep merge keeps what the client set alongside
+        if isinstance(body[key], dict) and isinstance(out[key], dict):
+            for sub in body[key]:
+                if sub not in ("enable_thinking", "thinking"):
+                    assert out[key][sub] == body[key][sub]
+
+    salvaged = salvage_body(body, reasoning, client_stream=client_stream)
+    if salvaged is not None:
+        assert _changed(body, salvaged) <= SALVAGE_FIELDS
+        assert salvaged["messages"][:-1] == body["messages"]
+        assert salvaged["messages"][-1]["role"] == "assistant"
+    useful_reasoning(reasoning, reasoning[len(reasoning) // 2:])
+    assert body == before
+    orjson.dumps(out)
