@@ -40,7 +40,7 @@ def test_false_alarms(results: dict[str, list[ReplayResult]]) -> None:
 
 @pytest.mark.xfail(
     strict=True,
-    reason="open: 53% (23/43); the 20 medium no-end loops score no higher than long healthy"
+    reason="open: 53% (23/43); the 20 missed medium no-end loops score no higher than long healthy"
     " traces on every repetition or novelty measure tried",
 )
 def test_all_loops_recall(results: dict[str, list[ReplayResult]]) -> None:
@@ -55,7 +55,7 @@ def test_detection_delay(results: dict[str, list[ReplayResult]]) -> None:
 
 @pytest.mark.xfail(
     strict=True,
-    reason="open: 32% cut; the uncaught medium no-end loops hold 39% of all loop reasoning",
+    reason="open: 32% cut; the 20 uncaught medium no-end loops hold 37% of all loop reasoning",
 )
 def test_reasoning_cut_share(results: dict[str, list[ReplayResult]]) -> None:
     """Target: at least 45% of all loop reasoning is cut."""
