@@ -569,6 +569,10 @@ class Proxy:
                         try:
                             chunk = await reader.readany()
                         except TimeoutError:
+                            if not deadline.expired():
+                                # aiohttp's read timeout, not our clock tick: the reader
+                                # is dead now, and retrying it would spin forever.
+                                raise
                             now = loop.time()
                             if attempt.tick(now) is not None:
                                 break

@@ -5,6 +5,7 @@ bytes, a sidecar in front of any upstream, and a case generator for end-to-end f
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import random
 from dataclasses import dataclass, field
@@ -40,6 +41,8 @@ class RawUpstream:
     closed: int = 0
     requests: list[bytes] = field(default_factory=list)
     _server: asyncio.Server | None = None
+    _stop: asyncio.Event = field(default_factory=asyncio.Event)
+    _tasks: set[asyncio.Task[None]] = field(default_factory=set)
 
     @property
     def url(self) -> str:
@@ -51,12 +54,20 @@ class RawUpstream:
         self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
 
     async def close(self) -> None:
+        """Stop listening and end every connection still open (stalled ones included)."""
+        self._stop.set()
         if self._server is not None:
             self._server.close()
+        if self._tasks:
+            await asyncio.wait(self._tasks)
+        if self._server is not None:
             await self._server.wait_closed()
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.opened += 1
+        task = asyncio.current_task()
+        assert task is not None
+        self._tasks.add(task)
         try:
             head = await reader.readuntil(b"\r\n\r\n")
             await _read_body(reader, head)
@@ -66,7 +77,8 @@ class RawUpstream:
             writer.write(reply.data)
             await writer.drain()
             if reply.stall:
-                await asyncio.sleep(reply.stall)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._stop.wait(), reply.stall)
             if reply.abort:
                 writer.transport.abort()
             else:
@@ -75,6 +87,7 @@ class RawUpstream:
             writer.transport.abort()
         finally:
             self.closed += 1
+            self._tasks.discard(task)
 
 
 def _header(head: bytes, name: str) -> str | None:

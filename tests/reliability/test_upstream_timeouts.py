@@ -1,0 +1,78 @@
+"""No request outlives its configured timeouts when the upstream goes silent and stall
+detection is off: the read timeout ends it with a 504 (or an in-stream 504 error)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import aiohttp
+import orjson
+import pytest
+
+from tests.reliability.harness import RawUpstream, Reply, start_sidecar
+
+HEAD = (b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+        b"Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n")
+EVENT = (b'data: {"id":"c","object":"chat.completion.chunk","created":1,"model":"m",'
+         b'"choices":[{"index":0,"delta":{"content":"hi"},"finish_reason":null}]}\n\n')
+BODY = orjson.dumps({"model": "m", "messages": [{"role": "user", "content": "x"}]})
+READ_TIMEOUT = 0.5
+
+
+def chunked(data: bytes) -> bytes:
+    return f"{len(data):x}\r\n".encode() + data + b"\r\n"
+
+
+async def request(reply: Reply, *, stream: bool, path: str = "/v1/chat/completions",
+                  ) -> tuple[int, bytes, float]:
+    upstream = RawUpstream(default=reply)
+    await upstream.start()
+    sidecar, _ = await start_sidecar(upstream.url, detectors={"stall_seconds": None},
+                                     upstream_read_timeout_seconds=READ_TIMEOUT)
+    started = time.monotonic()
+    body = orjson.dumps({**orjson.loads(BODY), "stream": stream})
+    try:
+        async with asyncio.timeout(10), aiohttp.ClientSession() as s, s.post(
+                sidecar.make_url(path), data=body) as r:
+            status, data = r.status, await r.read()
+    finally:
+        await sidecar.close()
+        await upstream.close()
+    return status, data, time.monotonic() - started
+
+
+@pytest.mark.parametrize("stream", [True, False])
+async def test_silent_before_headers_is_504(stream: bool) -> None:
+    """An upstream that accepts and never answers gives a 504 after the read timeout."""
+    status, data, took = await request(Reply(b"", stall=30), stream=stream)
+    assert status == 504
+    assert orjson.loads(data)["error"]["type"] == "GatewayTimeoutError"
+    assert took < READ_TIMEOUT + 2
+
+
+async def test_silent_mid_stream_ends_with_error_event() -> None:
+    """A stream that goes silent after a chunk ends with an in-stream 504 and [DONE]."""
+    status, data, took = await request(Reply(HEAD + chunked(EVENT), stall=30), stream=True)
+    assert status == 200
+    assert data.startswith(EVENT)
+    error = orjson.loads(data[len(EVENT) + 6 : data.index(b"\n\ndata: [DONE]")])["error"]
+    assert error["code"] == 504
+    assert data.endswith(b"data: [DONE]\n\n")
+    assert took < READ_TIMEOUT + 2
+
+
+async def test_silent_mid_stream_nonstreaming_is_504() -> None:
+    """A non-streaming client of a stream that goes silent gets a 504."""
+    status, data, took = await request(Reply(HEAD + chunked(EVENT), stall=30), stream=False)
+    assert status == 504
+    assert orjson.loads(data)["error"]["code"] == 504
+    assert took < READ_TIMEOUT + 2
+
+
+async def test_passthrough_silent_is_504() -> None:
+    """A pass-through request to a silent upstream gets a 504 after the read timeout."""
+    status, data, took = await request(Reply(b"", stall=30), stream=False, path="/tokenize")
+    assert status == 504
+    assert orjson.loads(data)["error"]["code"] == 504
+    assert took < READ_TIMEOUT + 2
