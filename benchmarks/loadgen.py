@@ -22,6 +22,9 @@ Reported (``LoadResult``):
   k-th event arrived, worst 1 % of events; only for paced runs;
 - ``ttfb_p50_ms`` / ``ttfb_p99_ms``: request sent to first body byte;
 - ``errors``: non-200 answers, exceptions, streams that ended without ``[DONE]``;
+- ``events_per_read``: events per client read that carried one; 1.0 means every
+  event travelled on its own (a paced load that is held), more means coalescing
+  somewhere (the machine or a proxy fell behind, and per-chunk CPU looks cheaper);
 - ``spliced``: streams in which the sidecar wrote its ``: runaway-sidecar`` comment
   (a detector fired on healthy text: a false positive, should be 0).
 
@@ -58,6 +61,7 @@ class LoadSpec:
     max_streams: int = 100_000
     ramp: float | None = None  # seconds over which worker starts are spread
     grace: float = 30.0  # hard deadline after ``duration`` for streams still open
+    api_key: str | None = None  # sent as a bearer token (LiteLLM requires one)
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +83,7 @@ class LoadResult:
     errors: int
     spliced: int
     wall_s: float
+    events_per_read: float
     error_samples: list[str] = field(default_factory=list)
 
 
@@ -89,6 +94,7 @@ class _Acc:
     ttfb: list[float] = field(default_factory=list)
     window_chunks: int = 0
     chunks: int = 0
+    reads: int = 0
     streams: int = 0
     errors: int = 0
     spliced: int = 0
@@ -109,8 +115,11 @@ async def _one_stream(session: aiohttp.ClientSession, spec: LoadSpec, body: byte
     clock = time.perf_counter
     interval = 1.0 / spec.rate if spec.rate > 0 else 0.0
     sent = clock()
+    headers = {"Content-Type": "application/json"}
+    if spec.api_key:
+        headers["Authorization"] = f"Bearer {spec.api_key}"
     async with session.post(spec.url + "/v1/chat/completions", data=body,
-                            headers={"Content-Type": "application/json"}) as resp:
+                            headers=headers) as resp:
         if resp.status != 200:
             text = (await resp.read())[:200]
             raise RuntimeError(f"HTTP {resp.status}: {text!r}")
@@ -138,6 +147,7 @@ async def _one_stream(session: aiohttp.ClientSession, spec: LoadSpec, body: byte
             if n == 0:
                 continue
             acc.chunks += n
+            acc.reads += 1
             if window[0] <= now < window[1]:
                 acc.window_chunks += n
             if index:
@@ -219,6 +229,7 @@ async def run_load(spec: LoadSpec) -> LoadResult:
         errors=acc.errors,
         spliced=acc.spliced,
         wall_s=wall,
+        events_per_read=acc.chunks / max(1, acc.reads),
         error_samples=acc.error_samples,
     )
 

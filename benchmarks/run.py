@@ -35,6 +35,7 @@ import argparse
 import asyncio
 import functools
 import json
+import secrets
 import signal
 import statistics
 import tempfile
@@ -51,6 +52,7 @@ from benchmarks.loadgen import LoadSpec, install_uvloop, run_load
 from benchmarks.procs import Proc, cpu_seconds, rss_bytes, running
 
 CONFIGS = ("direct", "passthrough", "parsing", "shadow", "enforce")
+LITELLM_KEY = "sk-bench-" + secrets.token_hex(16)  # LiteLLM refuses to start without one
 
 
 def _setup(upstream: Proc, names: list[str], litellm: Path | None,
@@ -87,8 +89,8 @@ def _litellm(venv: Path, upstream: str) -> Proc:
         "  turn_off_message_logging: true\n",
         encoding="utf-8")
     # Offline: the bundled model cost map, no telemetry, no update checks.
-    env = {"LITELLM_LOCAL_MODEL_COST_MAP": "True", "LITELLM_TELEMETRY": "False",
-           "LITELLM_LOG": "ERROR", "DISABLE_SCHEMA_UPDATE": "True",
+    env = {"LITELLM_MASTER_KEY": LITELLM_KEY, "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+           "LITELLM_TELEMETRY": "False", "LITELLM_LOG": "ERROR", "DISABLE_SCHEMA_UPDATE": "True",
            "NO_PROXY": "127.0.0.1,localhost"}
     return Proc("litellm", [str(venv / "bin" / "litellm"), "--config", str(cfg),
                             "--host", "127.0.0.1", "--port", str(port), "--num_workers", "1"],
@@ -136,13 +138,15 @@ async def paced(args: argparse.Namespace) -> dict[str, Any]:
             # Warm up every path (imports, pools, first-request costs) before measuring.
             for name in names:
                 url = by_name[name].url if name in by_name else sim.url
-                await run_load(LoadSpec(url, 4, 1.0, args.rate, max_tokens=20, ramp=0))
+                await run_load(LoadSpec(url, 4, 1.0, args.rate, max_tokens=20, ramp=0,
+                                        api_key=LITELLM_KEY if name == "litellm" else None))
             rows: dict[str, list[dict[str, Any]]] = {n: [] for n in names}
             for rep in range(args.reps):
                 for name in names:
                     proxy = by_name.get(name)
                     spec = LoadSpec(proxy.url if proxy else sim.url, args.concurrency,
-                                    args.duration, args.rate, max_tokens=args.max_tokens)
+                                    args.duration, args.rate, max_tokens=args.max_tokens,
+                                    api_key=LITELLM_KEY if name == "litellm" else None)
                     row = await _measured(spec, proxy, sim)
                     rows[name].append(row)
                     print(f"rep {rep} {name}: {row['chunks_per_s']:.0f} chunks/s, "
@@ -159,6 +163,7 @@ async def paced(args: argparse.Namespace) -> dict[str, Any]:
                     ("gap p50 ms", "gap_p50_ms", "{:.1f}"),
                     ("gap p99 ms", "gap_p99_ms", "{:.1f}"),
                     ("late p99 ms", "late_p99_ms", "{:.1f}"),
+                    ("events/read", "events_per_read", "{:.2f}"),
                     ("errors", "errors", "{:.0f}"),
                     ("spliced", "spliced", "{:.0f}"),
                 ])
@@ -192,7 +197,8 @@ async def ttfb(args: argparse.Namespace) -> dict[str, Any]:
                 for name in names:
                     proxy = by_name.get(name)
                     spec = LoadSpec(proxy.url if proxy else sim.url, 1, 60.0, args.rate,
-                                    max_tokens=2, max_streams=args.requests, ramp=0)
+                                    max_tokens=2, max_streams=args.requests, ramp=0,
+                                    api_key=LITELLM_KEY if name == "litellm" else None)
                     result = await run_load(spec)
                     if rep:
                         rows[name].append(asdict(result))

@@ -16,7 +16,7 @@ from tests.stack import Stack, start_stack, stop_stack
 FIELDS = {
     "concurrency", "rate", "streams", "chunks", "window_s", "chunks_per_s", "offered_per_s",
     "gap_p50_ms", "gap_p99_ms", "late_p99_ms", "ttfb_p50_ms", "ttfb_p99_ms", "errors",
-    "spliced", "wall_s", "error_samples",
+    "spliced", "wall_s", "events_per_read", "error_samples",
 }
 
 
@@ -34,6 +34,7 @@ def _check(result: LoadResult) -> None:
     assert result.streams >= 2
     assert result.chunks > result.streams  # every stream carried more than one event
     assert result.spliced == 0  # healthy text: no detector fired
+    assert result.events_per_read >= 1.0
     for value in (result.chunks_per_s, result.gap_p50_ms, result.gap_p99_ms,
                   result.late_p99_ms, result.ttfb_p50_ms, result.ttfb_p99_ms):
         assert math.isfinite(value)
