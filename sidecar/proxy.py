@@ -483,6 +483,11 @@ class Proxy:
                 if attempt.error is not None and attempt.number == 0:
                     ex.outcome = "upstream_error"
                     self.metrics.upstream_error("status_5xx")
+                    if not ex.client_stream:
+                        # vLLM answers a non-streaming request that fails mid-generation
+                        # with an error status, not a 200 holding half a completion.
+                        await sink.fail(_in_stream_error(attempt.error.message,
+                                                         attempt.error.code), head)
                 elif (verdict is None and attempt.number == 0 and cfg.policy.adaptive_budget
                       and attempt.first_content_at is not None and ex.thinking_tokens > 0):
                     await self.fleet.observe_thinking(ex.budget_key, ex.thinking_tokens)
@@ -907,6 +912,15 @@ class _TimedBody:
         except ClientBodyTimeout:
             self.timed_out = True
             raise
+
+
+def _in_stream_error(message: str, code: int | None) -> UpstreamError:
+    """The error a non-streaming client gets for an in-stream ``{"error": ...}`` event."""
+    err = UpstreamError(message or "upstream failed mid-response")
+    if code is not None and 400 <= code < 600:
+        err.status = code
+    err.error_type = "InternalServerError" if err.status == 500 else err.error_type
+    return err
 
 
 def _body_timeout_response() -> web.Response:

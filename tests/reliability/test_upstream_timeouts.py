@@ -1,5 +1,6 @@
 """No request outlives its configured timeouts when the upstream goes silent and stall
-detection is off: the read timeout ends it with a 504 (or an in-stream 504 error)."""
+detection is off: the read timeout ends it with a 504 (or an in-stream 504 error). An
+upstream error mid-generation is an error status for a non-streaming client."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import orjson
 import pytest
 
 from tests.reliability.harness import RawUpstream, Reply, start_sidecar
+from tests.sidecar.conftest import StackFactory
 
 HEAD = (b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
         b"Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n")
@@ -76,3 +78,18 @@ async def test_passthrough_silent_is_504() -> None:
     assert status == 504
     assert orjson.loads(data)["error"]["code"] == 504
     assert took < READ_TIMEOUT + 2
+
+
+async def test_error_event_nonstreaming_is_an_error_status(make_stack: StackFactory) -> None:
+    """vLLM's in-stream error reaches a non-streaming client as its 500, as vLLM sends it
+    without the sidecar, not as a 200 with an empty completion."""
+    stack = await make_stack()
+    body = {"model": "sim-healthy", "max_tokens": 50, "messages": [{"role": "user",
+                                                                    "content": "x"}]}
+    results = []
+    for url in (stack.sim_url, stack.url):
+        async with aiohttp.ClientSession() as s, s.post(
+                url + "/v1/chat/completions", json=body,
+                headers={"X-Sim-Fault": "error-mid-stream"}) as r:
+            results.append((r.status, orjson.loads(await r.read())["error"]["code"]))
+    assert results[1] == results[0] == (500, 500)
