@@ -35,6 +35,9 @@ from sidecar.proxy import Proxy
 
 log = structlog.get_logger("runaway_sidecar")
 
+# aiohttp's default accept backlog (128) overflows when hundreds of clients connect at
+# once, and the kernel then resets some of them; the kernel caps this at somaxconn.
+_LISTEN_BACKLOG = 4096
 _RESTART_ONLY = ("upstream", "listen", "metrics_listen", "workers", "dialect")
 
 
@@ -72,7 +75,8 @@ async def run_server(
                            shutdown_timeout=cfg.drain_timeout_seconds, access_log=None)
     await runner.setup()
     host, port = parse_host_port(cfg.listen)
-    await web.TCPSite(runner, host, port, reuse_port=reuse_port or None).start()
+    await web.TCPSite(runner, host, port, reuse_port=reuse_port or None,
+                      backlog=_LISTEN_BACKLOG).start()
     metrics_runner = web.AppRunner(
         make_metrics_app(registry, proxy.upstream_ready,
                          extra_routes=[web.get("/debug/policy", debug_policy_handler(proxy))]),
