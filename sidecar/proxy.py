@@ -929,7 +929,6 @@ def _body_timeout_response() -> web.Response:
     return resp
 
 
-
 # Choices the sidecar keeps books on per request; vLLM refuses far fewer than this anyway.
 _MAX_WATCHED_CHOICES = 4096
 # orjson parses 1,024 levels of nesting but serializes only 254; the sidecar must be able
