@@ -1,8 +1,10 @@
-"""The one module that does network I/O: aiohttp handlers and the upstream client.
+"""The request handlers and the upstream client: where the sidecar's network I/O happens.
 
 Everything that decides (what a chunk means, whether a detector fired, what the
 reissue body is, which bytes a splice writes) lives in pure modules; the handlers here
-only carry those decisions out. No other module awaits a socket.
+only carry those decisions out. The only other modules that await a socket are
+``sidecar.sinks`` (writing a watched response to the client) and ``sidecar.fleet`` (the
+optional Redis behind the runaway memory).
 
 Two kinds of routes:
 
@@ -24,7 +26,7 @@ import asyncio
 import time
 import uuid
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import Any, Literal
 
 import aiohttp
@@ -35,7 +37,6 @@ from yarl import URL
 
 from detectors import DetectorConfig, Verdict, resolve_thinking_budget
 from sidecar import ollama
-from sidecar.aggregate import Aggregator
 from sidecar.config import MODES, Config, Mode, ThinkingOffRule, model_override
 from sidecar.dialects import DIALECTS, PROBES, ProbeAnswer, detect, effective_config
 from sidecar.errors import (
@@ -46,11 +47,11 @@ from sidecar.errors import (
     map_upstream_exception,
     upstream_error_body,
 )
+from sidecar.exchange import Exchange, max_tokens_of, wants_usage, watchable
 from sidecar.fleet import Fleet
 from sidecar.headers import forward_headers
 from sidecar.logs import access_log_fields, runaway_log_fields
 from sidecar.metrics import LadderStep, Metrics, Outcome
-from sidecar.ndjson import NDJSONDecoder
 from sidecar.ollama_attempt import OllamaAttempt
 from sidecar.policy import Decision, Policy, RequestView, header_thinking, rules_of
 from sidecar.reissue import (
@@ -63,36 +64,14 @@ from sidecar.reissue import (
     useful_reasoning,
     watched_body,
 )
-from sidecar.splice import DONE_EVENT, Head, comment, content_chunk, finish_chunk, usage_chunk
+from sidecar.sinks import BodySink, NdjsonBodySink, NdjsonStreamSink, Sink, StreamSink
+from sidecar.splice import Head
 from sidecar.stream import Route
 from sidecar.watch import Attempt, Totals
 
 log = structlog.get_logger("runaway_sidecar")
 
 _STALL_GRANULARITY = 1.0  # seconds; the stall deadline is pushed back at most this often
-
-
-@dataclass(slots=True)
-class Exchange:
-    """Bookkeeping of one watched client request, for metrics and the access log."""
-
-    route: Route
-    model: str | None
-    mode: Mode
-    request_id: str
-    started: float
-    client_stream: bool
-    max_tokens: int | None = None
-    budget_key: str = ""
-    hide_reasoning: bool = False
-    native: ollama.Kind | None = None  # Ollama's native API (NDJSON), else OpenAI's
-    outcome: Outcome = "ok"
-    upstream_status: int | None = None
-    verdicts: list[Verdict] = field(default_factory=list)
-    attempts: int = 0
-    thinking_tokens: int = 0
-    content_tokens: int = 0
-    ttfc_seen: bool = False
 
 
 class _InternalError(UpstreamError):
@@ -314,7 +293,7 @@ class Proxy:
             body = orjson.loads(raw)
         except orjson.JSONDecodeError:
             body = None
-        if not isinstance(body, dict) or not _watchable(raw, body):
+        if not isinstance(body, dict) or not watchable(raw, body):
             # Not ours to judge: vLLM answers malformed requests with its own 400.
             return await self.passthrough(request, raw)
         model = body.get("model") if isinstance(body.get("model"), str) else None
@@ -338,18 +317,18 @@ class Proxy:
                       started=asyncio.get_running_loop().time(),
                       client_stream=(body.get("stream") is True if native is None
                                      else ollama.client_streams(body)),
-                      max_tokens=_max_tokens(body), budget_key=budget_key, native=native)
+                      max_tokens=max_tokens_of(body), budget_key=budget_key, native=native)
         if decision.source != "default":
             if decision.rule is not None:
                 self.metrics.policy_decision(decision.rule)
             log.info("policy", request_id=ex.request_id, model=model, rule=decision.rule,
                      source=decision.source, thinking=decision.thinking, reason=decision.reason)
         ex.hide_reasoning = hide_reasoning
-        sink: _Sink = (_StreamSink(request) if ex.client_stream
-                       else _BodySink(route, hide_reasoning=hide_reasoning))
+        sink: Sink = (StreamSink(request) if ex.client_stream
+                       else BodySink(route, hide_reasoning=hide_reasoning))
         if native is not None:
-            sink = (_NdjsonStreamSink(request, native) if ex.client_stream
-                    else _NdjsonBodySink(request, native))
+            sink = (NdjsonStreamSink(request, native) if ex.client_stream
+                    else NdjsonBodySink(request, native))
         self.metrics.stream_started()
         try:
             try:
@@ -387,7 +366,7 @@ class Proxy:
             header = header_thinking(request.headers.get("X-Thinking"))
         except ValueError as exc:
             return _json_error(400, str(exc), "BadRequestError", param="X-Thinking")
-        view = RequestView.of(body, route, request.headers, _max_tokens(body))
+        view = RequestView.of(body, route, request.headers, max_tokens_of(body))
         decision = self.policy.decide(view, body, header)
         mode: Mode = (header_mode or decision.mode
                       or (override.mode if override and override.mode else cfg.mode))
@@ -408,7 +387,7 @@ class Proxy:
         return mode, _with_budgets(cfg.detectors, budget, seconds_budget), decision, budget_key
 
     async def _serve(self, request: web.Request, ex: Exchange, body: dict[str, Any], raw: bytes,
-                     detectors: DetectorConfig, sink: _Sink) -> None:
+                     detectors: DetectorConfig, sink: Sink) -> None:
         """Run the first attempt and, after a cut, the reissue ladder."""
         cfg = self.config
         loop = asyncio.get_running_loop()
@@ -509,7 +488,7 @@ class Proxy:
                     self.metrics.ladder_exhausted(ex.model)
                 action = "cut" if ex.mode == "cut" else "finish"
                 await sink.end(head, verdict, action, ex.attempts - 1, open_choices,
-                               earlier, _wants_usage(body))
+                               earlier, wants_usage(body))
                 return
             step = next_step
             upstream_raw = None
@@ -541,7 +520,7 @@ class Proxy:
                              open_choices=open_count, model=model)
 
     async def _attempt(self, request: web.Request, ex: Exchange, attempt: Attempt | OllamaAttempt,
-                       raw: bytes | None, body: dict[str, Any] | None, sink: _Sink) -> None:
+                       raw: bytes | None, body: dict[str, Any] | None, sink: Sink) -> None:
         """One upstream request, pumped through ``attempt`` into ``sink``."""
         data = raw if raw is not None else orjson.dumps(body)
         headers = forward_headers(request.headers, drop=("accept-encoding", "content-type"))
@@ -628,7 +607,7 @@ class Proxy:
                              "fallback_model" if step.startswith("fallback:") else "thinking_off")
         self.metrics.reissue(ex.model, label, outcome)
 
-    def _account(self, request: web.Request, ex: Exchange, sink: _Sink) -> None:
+    def _account(self, request: web.Request, ex: Exchange, sink: Sink) -> None:
         loop = asyncio.get_running_loop()
         seconds = loop.time() - ex.started
         self.metrics.request_done(ex.route, ex.outcome, ex.model)
@@ -639,239 +618,6 @@ class Proxy:
             method=request.method, path=request.path, status=sink.status, route=ex.route,
             outcome=ex.outcome, model=ex.model, request_id=ex.request_id, duration_s=seconds,
             bytes_sent=sink.bytes_sent, upstream_status=ex.upstream_status))
-
-
-# -- client sinks ------------------------------------------------------------------------
-
-
-class _Sink:
-    """Where a watched response goes: a live SSE stream, or a JSON body built at the end."""
-
-    aggregator: Aggregator | None = None
-    status = 200
-    bytes_sent = 0
-
-    def upstream_headers(self, headers: Any) -> None:
-        """The first 200 from upstream: remember its headers for the client response."""
-
-    async def write(self, data: bytes) -> None:
-        """Bytes for a streaming client (ignored by a body sink)."""
-
-    async def relay(self, status: int, headers: Any, body: bytes) -> None:
-        raise NotImplementedError
-
-    async def fail(self, err: UpstreamError, head: Head | None) -> None:
-        raise NotImplementedError
-
-    async def splice_start(self, head: Head, verdict: Verdict, action: str, attempt: int,
-                           inline_open: list[int]) -> None:
-        """A cut happened and a reissue follows."""
-
-    async def end(self, head: Head, verdict: Verdict, action: str, attempt: int,
-                  open_choices: list[int], totals: Totals, usage: bool) -> None:
-        raise NotImplementedError
-
-    async def finish(self, ex: Exchange) -> web.StreamResponse:
-        raise NotImplementedError
-
-
-class _StreamSink(_Sink):
-    def __init__(self, request: web.Request) -> None:
-        self.request = request
-        self.response: web.StreamResponse | None = None
-        self._headers: Any = None
-        self._final: web.StreamResponse | None = None
-
-    def upstream_headers(self, headers: Any) -> None:
-        if self._headers is None:
-            self._headers = headers
-
-    async def _prepared(self) -> web.StreamResponse:
-        if self.response is None:
-            resp = web.StreamResponse(status=200, headers=forward_headers(self._headers or {}))
-            if "Content-Type" not in resp.headers:
-                resp.content_type = "text/event-stream"
-            await resp.prepare(self.request)
-            self.response = resp
-        return self.response
-
-    async def write(self, data: bytes) -> None:
-        # Once per chunk: skip the ``_prepared`` coroutine when the response is open.
-        resp = self.response
-        if resp is None:
-            resp = await self._prepared()
-        self.bytes_sent += len(data)
-        await resp.write(data)
-
-    async def relay(self, status: int, headers: Any, body: bytes) -> None:
-        self.status = status
-        resp = web.Response(status=status, body=body, headers=forward_headers(headers))
-        self._final = resp
-
-    async def fail(self, err: UpstreamError, head: Head | None) -> None:
-        if self.response is None:
-            self.status = err.status
-            self._final = web.Response(status=err.status, body=upstream_error_body(err),
-                                       content_type="application/json")
-            return
-        await self.write(b"data: " + upstream_error_body(err) + b"\n\n" + DONE_EVENT)
-
-    async def splice_start(self, head: Head, verdict: Verdict, action: str, attempt: int,
-                           inline_open: list[int]) -> None:
-        parts = [comment(verdict, action, attempt)]
-        parts += [content_chunk(head, i, "</think>") for i in inline_open]
-        await self.write(b"".join(parts))
-
-    async def end(self, head: Head, verdict: Verdict, action: str, attempt: int,
-                  open_choices: list[int], totals: Totals, usage: bool) -> None:
-        parts = [comment(verdict, action, attempt)]
-        parts += [finish_chunk(head, i, "length") for i in open_choices]
-        if usage:
-            parts.append(usage_chunk(head, _totals_usage(totals)))
-        parts.append(DONE_EVENT)
-        await self.write(b"".join(parts))
-
-    async def finish(self, ex: Exchange) -> web.StreamResponse:
-        if self._final is not None:
-            return self._final
-        resp = await self._prepared()
-        await resp.write_eof()
-        return resp
-
-
-class _BodySink(_Sink):
-    def __init__(self, route: Route, *, hide_reasoning: bool = False) -> None:
-        self.aggregator = Aggregator(route, hide_reasoning=hide_reasoning)
-        self._headers: Any = None
-        self._final: web.StreamResponse | None = None
-        self._action: str | None = None
-
-    def upstream_headers(self, headers: Any) -> None:
-        if self._headers is None:
-            self._headers = headers
-
-    async def relay(self, status: int, headers: Any, body: bytes) -> None:
-        self.status = status
-        self._final = web.Response(status=status, body=body, headers=forward_headers(headers))
-
-    async def fail(self, err: UpstreamError, head: Head | None) -> None:
-        self.status = err.status
-        self._final = web.Response(status=err.status, body=upstream_error_body(err),
-                                   content_type="application/json")
-
-    async def splice_start(self, head: Head, verdict: Verdict, action: str, attempt: int,
-                           inline_open: list[int]) -> None:
-        self._action = "reissue"
-
-    async def end(self, head: Head, verdict: Verdict, action: str, attempt: int,
-                  open_choices: list[int], totals: Totals, usage: bool) -> None:
-        assert self.aggregator is not None
-        self._action = action
-        for index in open_choices:
-            self.aggregator.set_choice_text(index, finish_reason="length")
-        self.aggregator.set_usage(_totals_usage(totals))
-        if not self.aggregator.head:
-            self.aggregator.head = {"id": head.id, "created": head.created, "model": head.model}
-
-    async def finish(self, ex: Exchange) -> web.StreamResponse:
-        if self._final is not None:
-            return self._final
-        assert self.aggregator is not None
-        headers = forward_headers(self._headers or {}, drop=("content-type",))
-        if ex.verdicts and ex.mode != "shadow":
-            verdict = ex.verdicts[0]
-            headers["X-Runaway-Detector"] = verdict.detector
-            headers["X-Runaway-Action"] = self._action or "reissue"
-            headers["X-Runaway-Attempts"] = str(ex.attempts)
-        body = self.aggregator.body()
-        self.bytes_sent = len(body)
-        return web.Response(status=200, body=body, headers=headers,
-                            content_type="application/json")
-
-
-class _NdjsonStreamSink(_StreamSink):
-    """A streaming client of Ollama's native API: NDJSON lines; errors after output
-    started are an ``{"error": …}`` line; a splice leaves no marker (NDJSON has no
-    comments) and ends with one ``done: true`` line."""
-
-    def __init__(self, request: web.Request, kind: ollama.Kind) -> None:
-        super().__init__(request)
-        self.kind = kind
-        self._started = time.monotonic()
-
-    async def fail(self, err: UpstreamError, head: Head | None) -> None:
-        if self.response is None:
-            self.status = err.status
-            self._final = web.Response(status=err.status, body=orjson.dumps({"error": str(err)}),
-                                       content_type="application/json")
-            return
-        await self.write(ollama.error_line(str(err)))
-
-    async def splice_start(self, head: Head, verdict: Verdict, action: str, attempt: int,
-                           inline_open: list[int]) -> None:
-        if inline_open:
-            await self.write(ollama.text_line(self.kind, head.model, _created_at(), "</think>"))
-
-    async def end(self, head: Head, verdict: Verdict, action: str, attempt: int,
-                  open_choices: list[int], totals: Totals, usage: bool) -> None:
-        await self.write(ollama.final_line(
-            self.kind, head.model, _created_at(), done_reason="length",
-            prompt_tokens=totals.prompt_tokens, completion_tokens=totals.completion_tokens,
-            seconds=time.monotonic() - self._started))
-
-
-class _NdjsonBodySink(_NdjsonStreamSink):
-    """A ``"stream": false`` client of Ollama's native API: the lines a streaming client
-    would have seen, folded into one JSON object."""
-
-    def __init__(self, request: web.Request, kind: ollama.Kind) -> None:
-        super().__init__(request, kind)
-        self._decoder = NDJSONDecoder()
-        self._folder = ollama.Folder(kind)
-        self._action: str | None = None
-
-    async def write(self, data: bytes) -> None:
-        for item in self._decoder.feed(data):
-            if item.data.strip():
-                self._folder.add(orjson.loads(item.data))
-
-    async def fail(self, err: UpstreamError, head: Head | None) -> None:
-        self.status = err.status
-        self._final = web.Response(status=err.status, body=orjson.dumps({"error": str(err)}),
-                                   content_type="application/json")
-
-    async def splice_start(self, head: Head, verdict: Verdict, action: str, attempt: int,
-                           inline_open: list[int]) -> None:
-        self._action = "reissue"
-        await super().splice_start(head, verdict, action, attempt, inline_open)
-
-    async def end(self, head: Head, verdict: Verdict, action: str, attempt: int,
-                  open_choices: list[int], totals: Totals, usage: bool) -> None:
-        self._action = action
-        await super().end(head, verdict, action, attempt, open_choices, totals, usage)
-
-    async def finish(self, ex: Exchange) -> web.StreamResponse:
-        if self._final is not None:
-            return self._final
-        if self._folder.error is not None:
-            self.status = 500
-            return web.Response(status=500, body=orjson.dumps({"error": self._folder.error}),
-                                content_type="application/json")
-        headers = forward_headers(self._headers or {}, drop=("content-type",))
-        if ex.verdicts and ex.mode != "shadow":
-            headers["X-Runaway-Detector"] = ex.verdicts[0].detector
-            headers["X-Runaway-Action"] = self._action or "reissue"
-            headers["X-Runaway-Attempts"] = str(ex.attempts)
-        body = self._folder.body()
-        self.bytes_sent = len(body)
-        resp = web.Response(status=200, body=body, headers=headers)
-        resp.content_type, resp.charset = "application/json", "utf-8"
-        return resp
-
-
-def _created_at() -> str:
-    """Now, as Ollama's ``created_at`` (RFC 3339 in UTC)."""
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
 
 # -- helpers ---------------------------------------------------------------------------------
@@ -929,27 +675,6 @@ def _body_timeout_response() -> web.Response:
     return resp
 
 
-# Choices the sidecar keeps books on per request; vLLM refuses far fewer than this anyway.
-_MAX_WATCHED_CHOICES = 4096
-# orjson parses 1,024 levels of nesting but serializes only 254; the sidecar must be able
-# to re-serialize a body it watches (fingerprint, reissues).
-_MAX_DEPTH_WITHOUT_CHECK = 254
-
-
-def _watchable(raw: bytes, body: dict[str, Any]) -> bool:
-    """Whether the sidecar can watch this request; otherwise it is passed through and vLLM
-    judges it. A huge ``n`` would make the per-choice bookkeeping allocate without bound;
-    a body nested deeper than orjson serializes could not be fingerprinted or reissued."""
-    n = body.get("n")
-    if isinstance(n, int) and n > _MAX_WATCHED_CHOICES:
-        return False
-    if raw.count(b"[") + raw.count(b"{") <= _MAX_DEPTH_WITHOUT_CHECK:
-        return True  # cannot nest deeper than it has brackets: skip the costly check
-    try:
-        orjson.dumps(body)
-    except TypeError:
-        return False
-    return True
 
 
 def _json_error(status: int, message: str, error_type: str,
@@ -964,30 +689,8 @@ def _with_budgets(cfg: DetectorConfig, tokens: int | None, seconds: float | None
     return replace(cfg, thinking_token_budget=tokens, thinking_seconds_budget=seconds)
 
 
-def _max_tokens(body: dict[str, Any]) -> int | None:
-    """The client's generation limit (``max_completion_tokens`` wins, as in vLLM)."""
-    for key in ("max_completion_tokens", "max_tokens"):
-        value = body.get(key)
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
-    return None
-
-
-def _wants_usage(body: dict[str, Any]) -> bool:
-    opts = body.get("stream_options")
-    return body.get("stream") is not True or (
-        isinstance(opts, dict) and opts.get("include_usage") is True)
-
-
 def _finished_client(attempt: Attempt | OllamaAttempt) -> set[int]:
     return {attempt.index_map.get(i, i) for i, c in attempt.choices.items() if c.finished}
-
-
-def _totals_usage(totals: Totals) -> dict[str, Any]:
-    prompt = totals.prompt_tokens
-    return {"prompt_tokens": prompt, "total_tokens": prompt + totals.completion_tokens,
-            "completion_tokens": totals.completion_tokens,
-            "completion_tokens_details": {"reasoning_tokens": totals.reasoning_tokens}}
 
 
 Action = Literal["reissue", "cut", "finish"]
