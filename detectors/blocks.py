@@ -19,7 +19,9 @@ BLOCK_CHARS = 256
 _MAX_CARRY = 128
 #: How much of the channel's recent text a block exposes.
 TAIL_CHARS = 8192
-_DETECT_RE = re.compile(rf"{TOKEN_RE.pattern}|\n")
+#: Longest indentation kept on a line-break token (more is dropped like other whitespace).
+_MAX_INDENT = 64
+_DETECT_RE = re.compile(rf"{TOKEN_RE.pattern}|\n[ \t]{{0,{_MAX_INDENT}}}")
 _WORD_RE = re.compile(rf"[^\W{CJK_RANGES}]+")
 
 
@@ -27,8 +29,11 @@ _WORD_RE = re.compile(rf"[^\W{CJK_RANGES}]+")
 class Block:
     """One fixed slice of a channel, produced when the channel's text crosses a multiple of
     :data:`BLOCK_CHARS`. ``toks`` are the complete pseudo-tokens that end inside the slice
-    (a word cut by the slice's end is carried into the next block); line breaks are kept
-    as ``"\\n"`` tokens. ``end`` is the channel offset just after the slice."""
+    (a word cut by the slice's end is carried into the next block); a line break is kept as
+    a token that starts with ``"\\n"`` and holds the next line's indentation (spaces and
+    tabs, up to 64), so code can be told from prose; a line break at the slice's end is
+    carried too, since its indentation may continue in the next delta. ``end`` is the
+    channel offset just after the slice."""
 
     text: str
     toks: list[str]
@@ -78,7 +83,11 @@ class Blocker:
         # A word touching the slice's end may continue in the next delta: carry it over.
         if toks:
             last = toks[-1]
-            if len(last) < _MAX_CARRY and text.endswith(last) and _WORD_RE.fullmatch(last):
+            if (
+                len(last) < _MAX_CARRY
+                and text.endswith(last)
+                and (last[0] == "\n" or _WORD_RE.fullmatch(last))
+            ):
                 self._carry = last
                 toks.pop()
         tail = self._tail + piece

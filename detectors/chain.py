@@ -60,6 +60,7 @@ def text_analyzers(config: DetectorConfig) -> list[AnalyzerFactory]:
                     config.recurrence_threshold,
                     config.recurrence_drift,
                     config.recurrence_evidence,
+                    config.recurrence_code_min_seen,
                 ),
             )
         )

@@ -39,6 +39,10 @@ class DetectorConfig:
     recurrence_drift: float = 0.45
     #: Fire when the accumulated evidence reaches this value (healthy max seen: 1.49).
     recurrence_evidence: float = 2.5
+    #: Earlier sightings a shingle on a code line (inside a ``` fence, or indented under a
+    #: line ending in ``:``/``{``) needs before it counts as copied, in both rules: 3 lets a
+    #: function be quoted, rewritten and re-checked; a fourth copy counts (prose: 1 and 2).
+    recurrence_code_min_seen: int = 3
 
     #: Run the exact periodic-tail detector.
     periodic_enabled: bool = True

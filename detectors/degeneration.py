@@ -103,7 +103,7 @@ class DegenerationAnalyzer:
                 if salad >= salad_max:
                     fired = "salad"
                     break
-            elif tok == "\n":
+            elif c0 == "\n":  # a line break (with the next line's indentation)
                 salad = 0
             else:
                 salad = 0

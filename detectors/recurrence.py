@@ -17,6 +17,16 @@ Two rules read them:
   ``S`` keeps growing whatever the order or the length of its copies, and it fires
   during the second or third copy instead of waiting for a window full of third copies.
 
+Code: a bugfix session quotes the user's function, rewrites it with a fix and often puts
+it together once more to re-check it, so three near-verbatim copies of 40 lines are healthy
+there (without this rule the quote and the rewrite alone fire the accumulation). A shingle
+whose last token is on a code line counts as copied, for both rules, only once it was seen
+``code_min_seen`` (3) times before: code brings evidence from its fourth copy, prose from
+its second. A code line is one inside a fence (a line starting with three backticks opens
+or closes it) or an indented line, not a list item, under a line that was code or ended
+with an opener (``:``, ``{``, ``(`` ...). The state is read from the block tokens (line
+breaks carry the next line's indentation), so it follows the text, not the deltas.
+
 Verbatim paragraphs repeated in a shifting order (A A B A C ...), numbered restarts
 ("787. Fill ... 788. Fill ...") and phrase-level loops all score the same way: the order of
 recurrence does not matter, only that the text brings nothing new. A number that starts a
@@ -47,6 +57,10 @@ _MIX = 0x9E3779B97F4A7C15
 _DROPPED = 0xFFFF
 #: Blocks with fewer shingles than this (symbol runs) leave the evidence as it is.
 _MIN_SHINGLES = 8
+#: A line ending with one of these opens a block: indented lines after it may be code.
+_OPENERS = frozenset(":{([=,\\")
+#: First characters of list items: an indented list is prose, not code.
+_BULLETS = frozenset("-*+>•·")
 
 
 class RecurrenceAnalyzer:
@@ -54,18 +68,25 @@ class RecurrenceAnalyzer:
 
     __slots__ = (
         "_bits",
+        "_code",
+        "_code1",
+        "_code2",
         "_counts",
         "_drift",
         "_evidence",
+        "_fence",
         "_fps",
         "_hist",
+        "_indented",
         "_k",
         "_last",
         "_li",
+        "_ls",
         "_min_seen",
         "_n",
+        "_opener",
         "_pow",
-        "_prev",
+        "_prev_code",
         "_ring",
         "_rolling",
         "_rpos",
@@ -75,6 +96,7 @@ class RecurrenceAnalyzer:
         "_sum_n",
         "_sum_rec",
         "_threshold",
+        "_ticks",
         "_win",
         "_window",
     )
@@ -88,6 +110,7 @@ class RecurrenceAnalyzer:
         threshold: float,
         drift: float = 0.45,
         evidence: float = 2.5,
+        code_min_seen: int = 3,
     ) -> None:
         if history & (history - 1) or not 256 <= history <= 16384:
             raise ValueError("recurrence_history must be a power of two in 256..16384")
@@ -114,14 +137,33 @@ class RecurrenceAnalyzer:
         self._rolling = 0
         self._pow = pow(_BASE, shingle, 1 << 64)
         self._seen_tokens = 0
-        # Whether the last block ended at a line start, to fold list numbers across blocks.
-        self._prev = "\n"
+        # Earlier sightings a shingle on a code line needs to count for the accumulation
+        # and for the window (code may come back once more than prose before it counts).
+        self._code1 = code_min_seen
+        self._code2 = max(min_seen, code_min_seen)
+        # Line state carried across blocks: at a line start (to fold list numbers and read
+        # fences), backticks so far on this line, inside a fence, the current line is code,
+        # the previous line with text was code / ended with an opener, this line indented.
+        self._ls = True
+        self._ticks = 0
+        self._fence = False
+        self._code = False
+        self._prev_code = False
+        self._opener = False
+        self._indented = False
         self._same = ""
 
     @property
     def evidence(self) -> float:
         """The accumulated evidence so far (the CUSUM ``S`` of the module docstring)."""
         return self._score
+
+    @property
+    def window_score(self) -> float:
+        """The window rule's current score (0 until the window is full)."""
+        if len(self._win) < self._window or self._sum_n < 8 * self._window:
+            return 0.0
+        return self._sum_rec / self._sum_n
 
     def analyze(self, block: Block) -> Finding | None:
         """Score the block's shingles, then the window and the accumulated evidence."""
@@ -143,22 +185,45 @@ class RecurrenceAnalyzer:
         base, mask, mix, dropped = _BASE, _MASK, _MIX, _DROPPED
         top = 0
         rec = rec1 = n = 0
-        at_line_start = self._prev == "\n"
+        # Code state, by position in the token stream (see "Code" in the module docstring).
+        ls, ticks, fence = self._ls, self._ticks, self._fence
+        code, prev_code = self._code, self._prev_code
+        opener, indented = self._opener, self._indented
+        code1, code2 = self._code1, self._code2
         same = self._same
-        for raw in block.toks:
-            tok = raw
-            if tok == "\n":
-                at_line_start = True
+        for tok in block.toks:
+            c0 = tok[0]
+            if c0 == "\n":  # a line break, with the indentation of the next line
+                if not ls:  # the line that ends here had text: it sets the next one's context
+                    prev_code = code
+                    opener = same in _OPENERS
+                ls = True
+                ticks = 0
+                indented = len(tok) > 2 or "\t" in tok
                 continue
+            key = tok
+            if ls:
+                if c0 == "`":
+                    # Runs of three backticks at a line start open or close a fence.
+                    ticks += 1
+                    if ticks == 3:
+                        fence = not fence
+                        code = True
+                else:
+                    ls = False
+                    code = fence or (
+                        indented
+                        and (prev_code or opener)
+                        and c0 not in _BULLETS
+                        and not c0.isdigit()
+                    )
+                    if c0.isdigit() and tok.isdigit():
+                        key = "#"
             # A run of one token ("-----", "🌰🌰🌰") is one shingle unit, as in BPE.
             if tok == same:
                 continue
             same = tok
-            if at_line_start:
-                at_line_start = False
-                if tok.isdigit():
-                    tok = "#"
-            h = crc32(tok.lower().encode())
+            h = crc32(key.lower().encode())
             old = last[li]
             last[li] = h
             li = li + 1 if li + 1 < k else 0
@@ -184,10 +249,17 @@ class RecurrenceAnalyzer:
                     slot, c = dropped, 0
             n += 1
             if c:
-                rec1 += 1
-                if c >= min_seen:
-                    rec += 1
-                    top = max(top, c)
+                if code:
+                    if c >= code1:
+                        rec1 += 1
+                    if c >= code2:
+                        rec += 1
+                        top = max(top, c)
+                else:
+                    rec1 += 1
+                    if c >= min_seen:
+                        rec += 1
+                        top = max(top, c)
             if slot != dropped and c < 255:
                 counts[slot] = c + 1
             if filled >= hist:
@@ -200,7 +272,9 @@ class RecurrenceAnalyzer:
             rpos = rpos + 1 if rpos + 1 < hist else 0
         self._rolling, self._li, self._rpos, self._seen_tokens = rolling, li, rpos, n_seen
         self._n = filled
-        self._prev = "\n" if at_line_start else ""
+        self._ls, self._ticks, self._fence = ls, ticks, fence
+        self._code, self._prev_code = code, prev_code
+        self._opener, self._indented = opener, indented
         self._same = same
         if n >= _MIN_SHINGLES:
             self._score = max(0.0, self._score + rec1 / n - self._drift)
@@ -224,6 +298,7 @@ class RecurrenceAnalyzer:
         if score < self._threshold:
             return None
         return Finding(
-            f"{score:.0%} of the last {self._sum_n} shingles were seen {min_seen}+ times before",
+            f"{score:.0%} of the last {self._sum_n} shingles were seen {min_seen}+ times "
+            f"before ({self._code2}+ in code)",
             Evidence(excerpt(block.text), 0, top + 1),
         )
