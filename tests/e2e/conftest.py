@@ -143,11 +143,26 @@ class Node:
     sidecar_url: str
     sidecar_metrics_url: str
 
+    model_dir: Path
+
     @property
     def script(self) -> dict[str, Any]:
         """What the model says (from tests/e2e/tiny_model.py)."""
         result: dict[str, Any] = TINY.script(self.kind)
         return result
+
+    def count_tokens(self, text: str) -> int:
+        """How many model tokens ``text`` (output the model produced) is made of. The tiny
+        models emit whole words from a known set, so a longest-match split is exact."""
+        info = json.loads((self.model_dir / "script.json").read_text(encoding="utf-8"))
+        pieces = sorted(info["token_pieces"], key=len, reverse=True)
+        count, i = 0, 0
+        while i < len(text):
+            piece = next((p for p in pieces if text.startswith(p, i)), None)
+            assert piece is not None, f"not model output at {i}: {text[i : i + 40]!r}"
+            i += len(piece)
+            count += 1
+        return count
 
     reasoning_of = staticmethod(reasoning_of)
     usage_dict = staticmethod(usage_dict)
@@ -301,7 +316,22 @@ def _node(kind: str) -> Node:
         vllm_url=_env(f"E2E_VLLM_{up}_URL"),
         sidecar_url=_env(f"E2E_SIDECAR_{up}_URL"),
         sidecar_metrics_url=_env(f"E2E_SIDECAR_{up}_METRICS_URL"),
+        model_dir=Path(_env("E2E_MODELS_DIR")) / kind,
     )
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _warm_up() -> None:
+    """One short request per model, direct and through the sidecar, before any test: the
+    first request on a fresh vLLM server and sidecar is slower (lazy imports, first
+    allocations), and the cut-latency assertions are about the steady state."""
+    for kind in KINDS:
+        if not os.environ.get(f"E2E_SIDECAR_{kind.upper()}_URL"):
+            continue  # this batch runs without that model; its tests are not selected
+        node = _node(kind)
+        for via in ("vllm", "sidecar"):
+            node.stream(via, messages=node.messages("warm-up"), max_tokens=300)
+        node.wait_idle(timeout=5.0)
 
 
 @pytest.fixture

@@ -50,7 +50,10 @@ def test_ladder_is_walked_and_ends_with_length(leaky_node, e2e_report) -> None:
     assert leaky_node.script["answer"] in result.content[0]
     assert leaky_node.metrics().generation_tokens == after.generation_tokens
     assert result.usage is not None
-    assert result.usage.completion_tokens <= generated < MAX_TOKENS / 2
+    visible = leaky_node.count_tokens(result.reasoning[0]) + leaky_node.count_tokens(
+        result.content[0]
+    )
+    assert visible <= result.usage.completion_tokens <= generated < MAX_TOKENS / 2
     # Billing stays honest: the prompt was sent (and paid for) three times.
     assert result.usage.prompt_tokens > 0
     assert result.usage.total_tokens == result.usage.prompt_tokens + result.usage.completion_tokens
@@ -68,10 +71,29 @@ def test_ladder_nonstreaming(leaky_node) -> None:
     assert headers.get("x-runaway-detector")
 
 
-def test_disconnect_during_reissue_stops_vllm(leaky_node) -> None:
+# [e2e-disconnect] Assumed keys (detectors/config.py, sidecar/config.py): a thinking budget
+# is the only detector, so the thinking-off reissue (which loops in content) runs unwatched.
+BUDGET_ONLY_CONFIG = """\
+mode = "enforce"
+[detectors]
+thinking_token_budget = 40
+recurrence_enabled = false
+periodic_enabled = false
+degeneration_enabled = false
+content_enabled = false
+[reissue]
+ladder = ["no-think"]
+max_attempts = 2
+[memory]
+enabled = false
+"""
+
+
+def test_disconnect_during_reissue_stops_vllm(leaky_node, spawn_sidecar, e2e_report) -> None:
     """A client leaving while the thinking-off reissue streams makes vLLM abort it too."""
-    leaky_node.wait_idle()
-    stream = leaky_node.client().chat.completions.create(
+    url = spawn_sidecar(leaky_node, BUDGET_ONLY_CONFIG)
+    before, _ = leaky_node.wait_idle()
+    stream = leaky_node.client(base_url=url).chat.completions.create(
         model=leaky_node.model,
         messages=leaky_node.messages("disconnect-reissue"),
         max_tokens=MAX_TOKENS,
@@ -84,8 +106,15 @@ def test_disconnect_during_reissue_stops_vllm(leaky_node) -> None:
             if content_chunks >= 15:
                 break
     assert content_chunks >= 15
-    assert leaky_node.metrics().running == 1
+    assert leaky_node.metrics().running == 1, "the reissue should still be generating"
     stream.close()
-    after, _ = leaky_node.wait_idle(timeout=1.0)
+    after, waited = leaky_node.wait_idle(timeout=1.0)
     time.sleep(0.5)
-    assert leaky_node.metrics().generation_tokens == after.generation_tokens
+    settled = leaky_node.metrics()
+    assert settled.generation_tokens == after.generation_tokens
+    assert settled.success == before.success  # both attempts aborted, none finished
+    e2e_report(
+        "disconnect_during_reissue",
+        idle_after_seconds=round(waited, 3),
+        generation_tokens_delta=after.generation_tokens - before.generation_tokens,
+    )

@@ -79,10 +79,17 @@ def test_thinking_loop_is_cut_and_reissue_answers(loop_node, e2e_report) -> None
     assert after.running == 0
     assert settled.generation_tokens == after.generation_tokens
     assert answer_tokens < generated < MAX_TOKENS / 8
+    # Billing stays honest: the usage counts every token the client received, from both
+    # attempts (vLLM coalesces tokens into one chunk when it runs ahead, so chunks are not
+    # tokens), and never more than vLLM generated.
     assert result.usage is not None
-    assert result.usage.completion_tokens <= generated
-    assert result.usage.completion_tokens > answer_tokens
+    visible_reasoning = loop_node.count_tokens(result.reasoning[0])
+    visible = visible_reasoning + loop_node.count_tokens(result.content[0])
+    assert visible < result.usage.completion_tokens <= generated
+    assert result.usage.completion_tokens_details is not None
+    assert result.usage.completion_tokens_details.reasoning_tokens >= visible_reasoning
     assert result.usage.prompt_tokens > 0
+    assert result.usage.total_tokens == result.usage.prompt_tokens + result.usage.completion_tokens
 
 
 def test_nonstreaming_runaway_gets_answer_and_headers(loop_node) -> None:
@@ -102,7 +109,11 @@ def test_nonstreaming_runaway_gets_answer_and_headers(loop_node) -> None:
     if reasoning:  # the cut attempt's reasoning, if the sidecar keeps it, is only the loop
         assert _loop_prefix(reasoning, loop_node.script["thinking_loop"])
     assert completion.usage is not None
-    assert completion.usage.completion_tokens <= after.generation_tokens - before.generation_tokens
+    visible = loop_node.count_tokens(reasoning or "") + loop_node.count_tokens(
+        choice.message.content
+    )
+    generated = after.generation_tokens - before.generation_tokens
+    assert visible <= completion.usage.completion_tokens <= generated
     assert after.generation_tokens - before.generation_tokens < MAX_TOKENS / 8
 
 
@@ -119,7 +130,14 @@ def test_n2_both_choices_reissued(loop_node) -> None:
     assert result.content == {0: loop_node.script["answer"], 1: loop_node.script["answer"]}
     assert result.finish == {0: "stop", 1: "stop"}
     assert result.comments
-    assert after.generation_tokens - before.generation_tokens < MAX_TOKENS / 4
+    generated = after.generation_tokens - before.generation_tokens
+    assert generated < MAX_TOKENS / 4
+    assert result.usage is not None
+    visible = sum(
+        loop_node.count_tokens(result.reasoning[i]) + loop_node.count_tokens(result.content[i])
+        for i in (0, 1)
+    )
+    assert visible <= result.usage.completion_tokens <= generated
 
 
 def test_nonstreaming_n2(loop_node) -> None:
@@ -150,7 +168,8 @@ def test_mode_cut_ends_cleanly_without_reissue(loop_node) -> None:
     assert _actions(result.comments) == ["cut"]
     assert result.usage is not None
     generated = after.generation_tokens - before.generation_tokens
-    assert result.usage.completion_tokens <= generated < MAX_TOKENS / 8
+    visible = loop_node.count_tokens(result.reasoning[0])
+    assert visible <= result.usage.completion_tokens <= generated < MAX_TOKENS / 8
 
 
 def test_mode_cut_nonstreaming_headers(loop_node) -> None:
@@ -220,7 +239,7 @@ def test_salvage_step_nonstreaming_moves_reasoning_to_content(loop_node, spawn_s
     assert headers.get("x-runaway-attempts") == "2"
 
 
-@pytest.mark.parametrize("mode", ["enforce", "shadow", "off"])
+@pytest.mark.parametrize("mode", ["shadow", "off"])
 def test_client_disconnect_stops_vllm_within_a_second(loop_node, mode, e2e_report) -> None:
     """Closing the client stream makes vLLM abort the request in under a second."""
     before, _ = loop_node.wait_idle()
@@ -239,8 +258,11 @@ def test_client_disconnect_stops_vllm_within_a_second(loop_node, mode, e2e_repor
     stream.close()
     after, waited = loop_node.wait_idle(timeout=1.0)
     time.sleep(0.5)
-    assert loop_node.metrics().generation_tokens == after.generation_tokens
-    assert after.generation_tokens - before.generation_tokens < MAX_TOKENS / 4
+    settled = loop_node.metrics()
+    assert settled.generation_tokens == after.generation_tokens
+    # vLLM 0.32 does not count aborted requests at all: a request that ran to max_tokens
+    # would show up as finished_reason "length".
+    assert settled.success == before.success
     e2e_report(
         f"disconnect_{mode}",
         idle_after_seconds=round(waited, 3),

@@ -28,6 +28,12 @@ template pre-fills           English loop sentence forever, in ``content``.
 anything else                end of turn at once.
 ==========================  ===============================================================
 
+Pacing: the network has LAYERS decoder layers that compute nothing (all-zero weights). They
+only cost time: with one layer vLLM's CPU build emits ~600 tokens/s on a 2-core machine, faster
+than its own API server, the sidecar and the test client can consume them on the remaining core,
+so every cut would land hundreds of tokens late. Eight layers give ~250 tokens/s, closer to
+a GPU stream (the field report saw 65).
+
 How: the network is a bigram table. Every transformer sub-layer has all-zero weights, so the
 residual stream at the last position is just the embedding of the last token. Each token that
 has a scripted successor gets its own one-hot embedding direction (scaled so RMSNorm leaves it
@@ -68,6 +74,7 @@ SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
 THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
 EOS = "<|im_end|>"
 LOGIT = 50.0
+LAYERS = 8
 
 # Qwen3-style ChatML template. It honours enable_thinking (false pre-fills an empty think block,
 # as Qwen3 does) and, like Qwen3, re-renders an assistant message that carries </think> as
@@ -217,7 +224,7 @@ def _chains(kind: str, hf: Any) -> tuple[dict[int, int], dict[str, list[int]]]:
     return nxt, expected
 
 
-def _build_weights(out: pathlib.Path, hf: Any, nxt: dict[int, int]) -> Any:
+def _build_weights(out: pathlib.Path, hf: Any, nxt: dict[int, int], layers: int) -> Any:
     import torch
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
@@ -232,7 +239,7 @@ def _build_weights(out: pathlib.Path, hf: Any, nxt: dict[int, int]) -> Any:
         vocab_size=vocab,
         hidden_size=hidden,
         intermediate_size=128,
-        num_hidden_layers=1,
+        num_hidden_layers=layers,
         num_attention_heads=4,
         num_key_value_heads=2,
         head_dim=64,
@@ -269,25 +276,20 @@ def _build_weights(out: pathlib.Path, hf: Any, nxt: dict[int, int]) -> Any:
     return model
 
 
-def _greedy(model: Any, prompt: list[int], steps: int, eos: int) -> list[int]:
+def _greedy_check(model: Any, prompt: list[int], want: list[int]) -> list[int]:
+    """Greedy predictions along ``prompt + want`` in one forward pass (teacher forcing):
+    they equal ``want`` exactly when greedy decoding from ``prompt`` produces ``want``."""
     import torch
 
-    seq = list(prompt)
-    out: list[int] = []
+    seq = torch.tensor([prompt + want])
     with torch.no_grad():
-        for _ in range(steps):
-            logits = model(torch.tensor([seq])).logits[0, -1]
-            token = int(torch.argmax(logits))
-            out.append(token)
-            if token == eos:
-                break
-            seq.append(token)
-    return out
+        logits = model(seq).logits[0]
+    preds = torch.argmax(logits[len(prompt) - 1 : len(prompt) - 1 + len(want)], dim=-1)
+    return [int(t) for t in preds]
 
 
 def _verify(kind: str, hf: Any, model: Any, expected: dict[str, list[int]]) -> None:
     """Run the saved network through transformers on the real rendered prompts."""
-    eos = int(hf.convert_tokens_to_ids(EOS))
     user = [{"role": "user", "content": "My parser crashes on an empty list. Why?"}]
     salvage = [*user, {"role": "assistant", "content": "<think>\nLet me look.\n</think>\n\n"}]
     prompts = {
@@ -307,7 +309,7 @@ def _verify(kind: str, hf: Any, model: Any, expected: dict[str, list[int]]) -> N
         want = expected[name]
         if name == "salvage" and text.endswith("\n\n"):
             want = expected["off"]
-        got = _greedy(model, list(hf.encode(text, add_special_tokens=False)), len(want), eos)
+        got = _greedy_check(model, list(hf.encode(text, add_special_tokens=False)), want)
         if got != want:
             raise AssertionError(
                 f"{kind}/{name}: greedy output differs\n"
@@ -315,12 +317,14 @@ def _verify(kind: str, hf: Any, model: Any, expected: dict[str, list[int]]) -> N
             )
 
 
-def build(out: pathlib.Path, kind: str, *, verify: bool = True) -> dict[str, Any]:
+def build(
+    out: pathlib.Path, kind: str, *, layers: int = LAYERS, verify: bool = True
+) -> dict[str, Any]:
     """Write the model of `kind` into `out` and return its script (also saved as script.json)."""
     out.mkdir(parents=True, exist_ok=True)
     hf = _build_tokenizer(out)
     nxt, expected = _chains(kind, hf)
-    model = _build_weights(out, hf, nxt)
+    model = _build_weights(out, hf, nxt, layers)
     if verify:
         _verify(kind, hf, model, expected)
     info = {
@@ -329,6 +333,12 @@ def build(out: pathlib.Path, kind: str, *, verify: bool = True) -> dict[str, Any
         "vocab_size": len(hf),
         "scripted_tokens": len(nxt),
         "thinking_tokens": len(expected["on"]) if kind == "healthy" else None,
+        # The text of every token the model can emit, so a test can count the tokens of the
+        # text it received (each scripted word is one token; see "How" above).
+        "token_pieces": sorted(
+            {hf.decode([t]) for t in {*nxt, *nxt.values()}}
+            - {THINK_OPEN, THINK_CLOSE, EOS, *SPECIAL_TOKENS}
+        ),
     }
     (out / "script.json").write_text(json.dumps(info, ensure_ascii=False, indent=2) + "\n")
     return info
@@ -338,9 +348,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("out_dir", type=pathlib.Path)
     parser.add_argument("--kind", choices=KINDS, required=True)
+    parser.add_argument("--layers", type=int, default=LAYERS, help="zeroed decoder layers")
     parser.add_argument("--no-verify", action="store_true", help="skip the transformers self-check")
     args = parser.parse_args(argv)
-    info = build(args.out_dir, args.kind, verify=not args.no_verify)
+    info = build(args.out_dir, args.kind, layers=args.layers, verify=not args.no_verify)
     print(
         f"{args.kind}: vocab {info['vocab_size']}, {info['scripted_tokens']} scripted tokens"
         f" -> {args.out_dir}"
