@@ -23,6 +23,7 @@ import time
 from dataclasses import replace
 
 import aiohttp
+import orjson
 import structlog
 from prometheus_client import CollectorRegistry
 
@@ -45,7 +46,7 @@ async def timed_stream(url: str, model: str, max_tokens: int, prompt: str) -> tu
         async for line in r.content:
             m = re.search(rb'"content":"((?:[^"\\]|\\.)*)"', line)
             if m:
-                content.append(m.group(1).decode("unicode_escape", "replace"))
+                content.append(orjson.loads(b'"' + m.group(1) + b'"'))
     return time.monotonic() - start, "".join(content)
 
 
