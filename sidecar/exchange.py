@@ -17,7 +17,6 @@ from sidecar import ollama
 from sidecar.config import Mode
 from sidecar.metrics import Outcome
 from sidecar.stream import Route
-from sidecar.watch import Totals
 
 # Choices the sidecar keeps books on per request; vLLM refuses far fewer than this anyway.
 MAX_WATCHED_CHOICES = 4096
@@ -75,14 +74,14 @@ def max_tokens_of(body: dict[str, Any]) -> int | None:
     return None
 
 
+def wants_continuous_usage(body: dict[str, Any]) -> bool:
+    """Whether a streaming client asked for cumulative usage on every chunk."""
+    opts = body.get("stream_options")
+    return isinstance(opts, dict) and opts.get("include_usage") is True and (
+        opts.get("continuous_usage_stats") is True)
+
+
 def wants_usage(body: dict[str, Any]) -> bool:
     opts = body.get("stream_options")
     return body.get("stream") is not True or (
         isinstance(opts, dict) and opts.get("include_usage") is True)
-
-
-def totals_usage(totals: Totals) -> dict[str, Any]:
-    prompt = totals.prompt_tokens
-    return {"prompt_tokens": prompt, "total_tokens": prompt + totals.completion_tokens,
-            "completion_tokens": totals.completion_tokens,
-            "completion_tokens_details": {"reasoning_tokens": totals.reasoning_tokens}}

@@ -47,7 +47,13 @@ from sidecar.errors import (
     map_upstream_exception,
     upstream_error_body,
 )
-from sidecar.exchange import Exchange, max_tokens_of, wants_usage, watchable
+from sidecar.exchange import (
+    Exchange,
+    max_tokens_of,
+    wants_continuous_usage,
+    wants_usage,
+    watchable,
+)
 from sidecar.fleet import Fleet
 from sidecar.headers import forward_headers
 from sidecar.logs import access_log_fields, runaway_log_fields
@@ -420,6 +426,8 @@ class Proxy:
                 started_at=loop.time(), head=head, index_map=index_map,
                 reasoning_to_content=step == "salvage", aggregator=aggregator,
                 earlier=earlier, hide_reasoning=ex.hide_reasoning,
+                client_usage=wants_usage(body),
+                client_continuous_usage=wants_continuous_usage(body),
                 stop_on_verdict=ex.mode in ("enforce", "cut"),
             ) if ex.native is None else OllamaAttempt(
                 kind=ex.native, number=ex.attempts, detectors=detectors,

@@ -3,9 +3,10 @@
 Every function returns a new dict and leaves its input alone. A reissue changes only
 the documented fields: the thinking switch of the model family (``reissue.rules``),
 ``n`` (to the number of choices still open), ``stream``/``stream_options`` (so the
-sidecar can watch a non-streaming request), and for the steps that need it ``model``
-(fallback) or ``messages``/``continue_final_message``/``add_generation_prompt``
-(salvage). Tools, ``response_format``, sampling parameters and ``logprobs`` are kept.
+sidecar can watch a non-streaming request and count a reissue's tokens exactly), and
+for the steps that need it ``model`` (fallback) or ``messages``,
+``continue_final_message`` and ``add_generation_prompt`` (salvage). Tools,
+``response_format``, sampling parameters and ``logprobs`` are kept.
 """
 
 from __future__ import annotations
@@ -62,6 +63,15 @@ def watched_body(body: Mapping[str, Any], *, client_stream: bool) -> dict[str, A
     return out
 
 
+def _counted(out: dict[str, Any]) -> dict[str, Any]:
+    """A reissue streams with cumulative usage on every chunk, so the sidecar knows its
+    prompt size and exact token count even when it is cut in turn (the client's own usage
+    wishes are honoured when the chunks are rewritten)."""
+    out["stream"] = True
+    out["stream_options"] = {"include_usage": True, "continuous_usage_stats": True}
+    return out
+
+
 def no_think_body(
     body: Mapping[str, Any], rules: Sequence[ThinkingOffRule], *, client_stream: bool,
     open_choices: int, model: str | None = None,
@@ -74,7 +84,7 @@ def no_think_body(
     out = deep_merge(out, thinking_off_patch(target if isinstance(target, str) else "", rules))
     if "n" in out or open_choices != 1:
         out["n"] = open_choices
-    return out
+    return _counted(out)
 
 
 def salvage_body(
@@ -92,7 +102,7 @@ def salvage_body(
     out["messages"] = [*messages, {"role": "assistant", "content": prefix}]
     out["continue_final_message"] = True
     out["add_generation_prompt"] = False
-    return out
+    return _counted(out)
 
 
 def useful_reasoning(reasoning: str, excerpt: str, max_chars: int = 8000) -> str:

@@ -18,7 +18,7 @@ from detectors import Verdict
 from sidecar import ollama
 from sidecar.aggregate import Aggregator
 from sidecar.errors import UpstreamError, upstream_error_body
-from sidecar.exchange import Exchange, totals_usage
+from sidecar.exchange import Exchange
 from sidecar.headers import forward_headers
 from sidecar.ndjson import NDJSONDecoder
 from sidecar.splice import DONE_EVENT, Head, comment, content_chunk, finish_chunk, usage_chunk
@@ -109,7 +109,7 @@ class StreamSink(Sink):
         parts = [comment(verdict, action, attempt)]
         parts += [finish_chunk(head, i, "length") for i in open_choices]
         if usage:
-            parts.append(usage_chunk(head, totals_usage(totals)))
+            parts.append(usage_chunk(head, totals.usage()))
         parts.append(DONE_EVENT)
         await self.write(b"".join(parts))
 
@@ -151,7 +151,7 @@ class BodySink(Sink):
         self._action = action
         for index in open_choices:
             self.aggregator.set_choice_text(index, finish_reason="length")
-        self.aggregator.set_usage(totals_usage(totals))
+        self.aggregator.set_usage(totals.usage())
         if not self.aggregator.head:
             self.aggregator.head = {"id": head.id, "created": head.created, "model": head.model}
 

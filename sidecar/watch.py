@@ -59,8 +59,18 @@ class Totals:
     completion_tokens: int = 0
     reasoning_tokens: int = 0
     #: Earlier attempts cut before their usage arrived; each is billed the prompt size
-    #: of the attempt that finally reports usage (the same prompt, sent again).
+    #: of an attempt that reported usage (the same prompt, sent again).
     unknown_prompts: int = 0
+    #: The prompt size the last attempt that reported usage had (0 while none did).
+    last_prompt: int = 0
+
+    def usage(self) -> dict[str, Any]:
+        """The usage object for a response that ends without upstream usage (every
+        attempt cut): all tokens generated, the prompt billed once per attempt."""
+        prompt = self.prompt_tokens + self.unknown_prompts * self.last_prompt
+        return {"prompt_tokens": prompt, "total_tokens": prompt + self.completion_tokens,
+                "completion_tokens": self.completion_tokens,
+                "completion_tokens_details": {"reasoning_tokens": self.reasoning_tokens}}
 
 
 class Attempt:
@@ -80,6 +90,8 @@ class Attempt:
         earlier: Totals = Totals(),
         stop_on_verdict: bool = True,
         hide_reasoning: bool = False,
+        client_usage: bool = False,
+        client_continuous_usage: bool = False,
     ) -> None:
         self.route = route
         self.number = number
@@ -92,6 +104,9 @@ class Attempt:
         # The client sent include_reasoning=false: the sidecar asked for reasoning anyway
         # (it must watch it) and removes it here, as vLLM would have.
         self.hide_reasoning = hide_reasoning
+        # What the client asked of usage: it decides what a rewritten reissue chunk keeps.
+        self.client_usage = client_usage
+        self.client_continuous_usage = client_continuous_usage
         self._detectors = detectors
         self._started_at = started_at
         self._decoder = SSEDecoder()
@@ -260,8 +275,19 @@ class Attempt:
             return DONE_EVENT if any(isinstance(p, Done) for p in parsed) else raw
         if self.head is None or "error" in chunk:
             return raw
-        if isinstance(chunk.get("usage"), dict) and not chunk.get("choices"):
-            chunk["usage"] = self.summed_usage(chunk["usage"])
+        usage = chunk.get("usage")
+        if isinstance(usage, dict):
+            # Reissues stream with cumulative usage (see reissue._counted); the client sees
+            # usage only where it asked for it, summed over all attempts.
+            if chunk.get("choices"):
+                if self.client_continuous_usage:
+                    chunk["usage"] = self.summed_usage(usage)
+                else:
+                    del chunk["usage"]
+            elif not self.client_usage:
+                return b""
+            else:
+                chunk["usage"] = self.summed_usage(usage)
         rewritten = rewrite(self.head, chunk, self.index_map,
                             reasoning_to_content=self.reasoning_to_content)
         return event(rewritten) if rewritten is not None else b""
@@ -292,6 +318,7 @@ class Attempt:
             self.earlier.completion_tokens + completion,
             self.earlier.reasoning_tokens + reasoning,
             self.earlier.unknown_prompts + (0 if usage else 1),
+            usage.prompt_tokens if usage else self.earlier.last_prompt,
         )
 
 

@@ -47,6 +47,8 @@ def test_no_think_preserves_everything_else() -> None:
     out = no_think_body(BODY, DEFAULT_THINKING_OFF_RULES, client_stream=True, open_choices=1)
     expected = dict(BODY)
     expected["chat_template_kwargs"] = {"custom": 1, "enable_thinking": False}
+    # Reissues always stream with cumulative usage, so the sidecar counts them exactly.
+    expected["stream_options"] = {"include_usage": True, "continuous_usage_stats": True}
     assert out == expected
     assert BODY["chat_template_kwargs"] == {"custom": 1}  # the input is not mutated
 
@@ -56,7 +58,7 @@ def test_no_think_nonstreaming_and_n() -> None:
     body = {**BODY, "stream": False, "n": 3}
     out = no_think_body(body, DEFAULT_THINKING_OFF_RULES, client_stream=False, open_choices=2)
     assert out["stream"] is True
-    assert out["stream_options"] == {"include_usage": True}
+    assert out["stream_options"] == {"include_usage": True, "continuous_usage_stats": True}
     assert out["n"] == 2
 
 
