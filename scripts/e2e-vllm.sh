@@ -34,7 +34,6 @@ CACHE=${RUNAWAY_E2E_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/runaway-sidecar}
 VENV=${VLLM_VENV:-$CACHE/vllm-venv}
 VLLM_VERSION=0.32.0
 TORCH_VERSION=2.13.0
-TORCH_INDEX=${TORCH_INDEX:-https://download.pytorch.org/whl/cpu}
 PROJECT_PY=${PROJECT_PYTHON:-$ROOT/.venv/bin/python}
 E2E_TIMEOUT=${E2E_TIMEOUT:-3600}
 HEALTH_TIMEOUT=${E2E_HEALTH_TIMEOUT:-300}
@@ -151,8 +150,9 @@ ensure_venv() {
   fi
   "${pip[@]}" uninstall -y torchvision torchaudio torchcodec >>"$LOGS/install.log" 2>&1
   if [[ ! -d $site/torch-$TORCH_VERSION+cpu.dist-info ]]; then
-    timeout 1200 "${pip[@]}" install "torch==$TORCH_VERSION+cpu" \
-      --extra-index-url "$TORCH_INDEX" >>"$LOGS/install.log" 2>&1
+    # torch 2.13.0+cpu comes from the machine's local wheel store (pip's configured
+    # find-links); no index other than the package registry is ever asked.
+    timeout 1200 "${pip[@]}" install "torch==$TORCH_VERSION" >>"$LOGS/install.log" 2>&1
   fi
   "$VENV/bin/python" -c "import torch, vllm; assert torch.__version__ == '$TORCH_VERSION+cpu', torch.__version__" \
     >>"$LOGS/install.log" 2>&1
