@@ -73,6 +73,10 @@ class GenSpec:
     mode: Mode
     thinking_budget: int | None = None
     repetition: RepetitionParams | None = None
+    #: vLLM 0.32 labels a continued final message as ``content`` when streaming and as
+    #: ``reasoning`` when not (tests/data/captures/e2e/chat_salvage_continue_final*),
+    #: and counts it as reasoning tokens either way.
+    stream: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,7 +104,8 @@ class _Raw:
 
 def _raw_tokens(script: Script, spec: GenSpec) -> Iterator[_Raw]:
     if spec.mode in (Mode.NO_THINK, Mode.CONTINUE):
-        channel = Channel.CONTENT if spec.mode is Mode.NO_THINK else Channel.REASONING
+        as_content = spec.mode is Mode.NO_THINK or spec.stream
+        channel = Channel.CONTENT if as_content else Channel.REASONING
         for text in script.direct():
             yield _Raw(text, channel)
         yield _Raw(EOS, Channel.SPECIAL, eos=True)
@@ -148,7 +153,8 @@ def generate(script: Script, spec: GenSpec) -> Iterator[Token]:
     while current is not None:
         following = next(raw, None)  # one token of look-ahead: a trace may just end
         completion += 1
-        if current.channel is Channel.REASONING:
+        if current.channel is Channel.REASONING or (
+                spec.mode is Mode.CONTINUE and current.channel is Channel.CONTENT):
             reasoning += 1
         finish: str | None = None
         stop: str | None = None

@@ -228,7 +228,7 @@ def parse_chat(body: object, *, known: tuple[str, ...], max_model_len: int) -> J
         continuous_usage=continuous,
         prompt=prompt,
         prompt_tokens=prompt_tokens,
-        spec=GenSpec(max_tokens, mode, budget, repetition),
+        spec=GenSpec(max_tokens, mode, budget, repetition, stream=stream),
         thinking=thinking,
         request_id=request_id if isinstance(request_id, str) else None,
         include_reasoning=body.get("include_reasoning", True) is not False,

@@ -217,7 +217,7 @@ class _Run:
         if token.channel is Channel.SPECIAL or hidden:
             if token.finish_reason is None:
                 return None  # the parser swallows <think>, </think> (and hidden reasoning)
-            delta: dict[str, str] = {}
+            delta: dict[str, str] = dict(wire.eos_delta) if token.channel is Channel.SPECIAL else {}
         else:
             delta = {token.channel.value: token.text}
         if wire.role_in_first_delta and index not in self.roled:

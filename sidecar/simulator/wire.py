@@ -57,6 +57,9 @@ class WireDialect(abc.ABC):
     #: True for servers without a role-only first chunk: the first delta of each choice
     #: carries ``role`` (Ollama's OpenAI layer).
     role_in_first_delta = False
+    #: The delta of the finish chunk that an invisible token (end of sequence) produces.
+    #: vLLM 0.32 sends ``{"content": ""}`` there (seen in tests/data/captures/e2e).
+    eos_delta: dict[str, str] = {}  # noqa: RUF012 - read-only class constant
 
     def done_after_error(self) -> bytes:
         """What follows an in-stream error event: ``done()`` unless the server just stops."""
@@ -143,6 +146,8 @@ class WireDialect(abc.ABC):
 
 class Vllm032Wire(WireDialect):
     """vLLM 0.32.0 with a reasoning parser configured (so usage has reasoning details)."""
+
+    eos_delta = {"content": ""}  # noqa: RUF012 - read-only class constant
 
     def event(self, payload: bytes) -> bytes:
         return b"data: " + payload + b"\n\n"

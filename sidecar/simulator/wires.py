@@ -35,6 +35,8 @@ class LlamaCppWire(Vllm032Wire):
     finish chunk has delta ``{}``; usage (with ``timings``) on a ``choices: []`` chunk; an
     in-stream error is ``{"error":{"code","message","type"}}`` and **no** ``[DONE]``."""
 
+    eos_delta: dict[str, str] = {}  # noqa: RUF012 - the finish delta is empty here
+
     def _tail(self, ident: StreamIdentity, obj: str) -> dict[str, Any]:
         return {"created": ident.created, "id": ident.id, "model": ident.model,
                 "system_fingerprint": LLAMACPP_FINGERPRINT, "object": obj}
@@ -108,6 +110,8 @@ class SglangWire(Vllm032Wire):
     """SGLang 0.5.23: ``reasoning_content`` is in every delta (null or a string),
     ``matched_stop`` in every choice; errors in a stream are followed by ``[DONE]``."""
 
+    eos_delta: dict[str, str] = {}  # noqa: RUF012 - the finish delta is empty here
+
     @staticmethod
     def _choice(index: int, delta: dict[str, Any], finish: str | None,
                 matched: int | None) -> dict[str, Any]:
@@ -167,6 +171,8 @@ class OllamaOpenAIWire(Vllm032Wire):
     """Ollama's ``/v1/chat/completions``: reasoning in ``delta.reasoning``; no role-only
     chunk (the first delta of a choice carries ``role`` and ``content: ""``);
     ``system_fingerprint: "fp_ollama"`` on every chunk; usage on a ``choices: []`` chunk."""
+
+    eos_delta: dict[str, str] = {}  # noqa: RUF012 - the finish delta is empty here
 
     role_in_first_delta = True
 
