@@ -107,11 +107,22 @@ def salvage_body(
 
 def useful_reasoning(reasoning: str, excerpt: str, max_chars: int = 8000) -> str:
     """The reasoning before the repeating unit first appeared (the loop's onset), capped
-    at ``max_chars`` from its end."""
-    probe = excerpt.strip()[:40]
-    cut = reasoning.find(probe) if probe else -1
-    head = reasoning[:cut] if cut > 0 else reasoning[: len(reasoning) // 2]
-    return head[-max_chars:]
+    at ``max_chars`` from its end.
+
+    The excerpt can start anywhere in the unit (where the detector happened to fire), so
+    the onset is the earliest place any stretch of the unit, read cyclically, occurs. A
+    verdict without an excerpt (a budget) leaves the whole reasoning useful; an excerpt
+    that cannot be found leaves none, rather than feed a loop back to the model.
+    """
+    unit = excerpt.strip()
+    if not unit:
+        return reasoning[-max_chars:]
+    cyclic = unit + unit
+    probe = min(32, len(unit))
+    # Every rotation is tried (the excerpt is at most a couple of hundred characters and
+    # this runs once per cut), so the onset is exact.
+    found = [p for k in range(len(unit)) if (p := reasoning.find(cyclic[k : k + probe])) >= 0]
+    return reasoning[: min(found)][-max_chars:] if found else ""
 
 
 def prompt_fingerprint(body: Mapping[str, Any]) -> str:

@@ -84,10 +84,17 @@ def test_salvage_body() -> None:
 
 
 def test_useful_reasoning_stops_at_the_loop() -> None:
-    """The salvaged reasoning is what came before the repeating unit first appeared."""
+    """The salvaged reasoning is what came before the repeating unit first appeared,
+    wherever in the unit the detector's excerpt starts."""
+    intro = "First, the parser indexes [0] without a guard!\n"
     unit = "Hmm, maybe I was wrong so I should re-check every step. "
-    text = "First, the parser indexes [0] without a guard. " + unit * 5
-    assert useful_reasoning(text, unit) == "First, the parser indexes [0] without a guard. "
+    text = intro + unit * 5
+    assert useful_reasoning(text, unit) == intro
+    rotated = unit[20:] + unit[:20]
+    assert useful_reasoning(text, rotated) == intro
+    assert useful_reasoning(unit * 5, rotated) == ""  # a loop from the first token
+    assert useful_reasoning(text, "") == text  # a budget verdict: all of it was useful
+    assert useful_reasoning(text, "never said") == ""
 
 
 def test_thinking_disabled_switches() -> None:
