@@ -8,6 +8,7 @@ byte is, so an upstream failure before it still becomes a plain JSON error with 
 
 from __future__ import annotations
 
+import abc
 import time
 from typing import Any
 
@@ -26,35 +27,39 @@ from sidecar.stream import Route
 from sidecar.watch import Totals
 
 
-class Sink:
+class Sink(abc.ABC):
     """Where a watched response goes: a live SSE stream, or a JSON body built at the end."""
 
     aggregator: Aggregator | None = None
     status = 200
     bytes_sent = 0
 
-    def upstream_headers(self, headers: Any) -> None:
+    def upstream_headers(self, headers: Any) -> None:  # noqa: B027 - a deliberate no-op default
         """The first 200 from upstream: remember its headers for the client response."""
 
-    async def write(self, data: bytes) -> None:
+    async def write(self, data: bytes) -> None:  # noqa: B027 - a deliberate no-op default
         """Bytes for a streaming client (ignored by a body sink)."""
 
+    @abc.abstractmethod
     async def relay(self, status: int, headers: Any, body: bytes) -> None:
-        raise NotImplementedError
+        """The upstream answered with something other than a 200 stream: pass it on."""
 
+    @abc.abstractmethod
     async def fail(self, err: UpstreamError, head: Head | None) -> None:
-        raise NotImplementedError
+        """Report ``err`` to the client: a JSON error, or an in-stream error event."""
 
-    async def splice_start(self, head: Head, verdict: Verdict, action: str, attempt: int,
+    async def splice_start(self, head: Head, verdict: Verdict, action: str, attempt: int,  # noqa: B027 - a deliberate no-op default
                            inline_open: list[int]) -> None:
         """A cut happened and a reissue follows."""
 
+    @abc.abstractmethod
     async def end(self, head: Head, verdict: Verdict, action: str, attempt: int,
                   open_choices: list[int], totals: Totals, usage: bool) -> None:
-        raise NotImplementedError
+        """The ladder is over: end every open choice with ``length``."""
 
+    @abc.abstractmethod
     async def finish(self, ex: Exchange) -> web.StreamResponse:
-        raise NotImplementedError
+        """Complete the response and return it to aiohttp."""
 
 
 class StreamSink(Sink):
