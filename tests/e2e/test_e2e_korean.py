@@ -9,6 +9,8 @@ import pytest
 pytestmark = pytest.mark.vllm
 
 MAX_TOKENS = 8000
+#: Most tokens a cut attempt may cost upstream (see "How far below" in conftest.py).
+CUT_BOUND = MAX_TOKENS // 2
 
 
 def test_korean_loop_is_cut_and_answered(korean_node) -> None:
@@ -31,7 +33,7 @@ def test_korean_loop_is_cut_and_answered(korean_node) -> None:
     assert (loop * (len(reasoning) // len(loop) + 2)).startswith(reasoning)
     assert "\ufffd" not in reasoning
     assert any(re.search(r"\baction=reissue", c) for c in result.comments)
-    assert after.generation_tokens - before.generation_tokens < MAX_TOKENS / 8
+    assert after.generation_tokens - before.generation_tokens < CUT_BOUND
 
 
 def test_korean_nonstreaming(korean_node) -> None:

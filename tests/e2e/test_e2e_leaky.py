@@ -53,7 +53,8 @@ def test_ladder_is_walked_and_ends_with_length(leaky_node, e2e_report) -> None:
     visible = leaky_node.count_tokens(result.reasoning[0]) + leaky_node.count_tokens(
         result.content[0]
     )
-    assert visible <= result.usage.completion_tokens <= generated < MAX_TOKENS / 2
+    # Three cut attempts cost less than one uncut runaway (see "How far below" in conftest.py).
+    assert visible <= result.usage.completion_tokens <= generated < MAX_TOKENS
     # Billing stays honest: the prompt was sent (and paid for) three times.
     assert result.usage.prompt_tokens > 0
     assert result.usage.total_tokens == result.usage.prompt_tokens + result.usage.completion_tokens
