@@ -21,8 +21,10 @@ Suites:
 - ``ttfb``: C=1, ``requests`` sequential streams per configuration per repetition; the
   median time to first byte, and what each proxy adds to the direct figure.
 - ``memory``: RSS growth of a proxy process with N open streams that have gone idle
-  (``sim-stall`` sends 24 tokens, then nothing), divided by N; after a warm-up, so the
-  figure is what one more open stream costs, detector state included.
+  (``sim-stall`` sends 24 tokens, then nothing; with ``--tokens T`` above 24, healthy
+  reasoning stalled after T tokens by the simulator's ``stall-mid-stream`` fault), divided
+  by N; after a warm-up, so the figure is what one more open stream costs, detector state
+  included.
 - ``workers``: the highest paced load (streams x rate) the sidecar holds with
   ``--workers 1`` and ``--workers 2`` (held: >= 95 % of offered chunks/s delivered, p99
   lateness <= ``--late-ms``, no errors); the simulator alone is measured the same way
@@ -213,19 +215,28 @@ async def ttfb(args: argparse.Namespace) -> dict[str, Any]:
     return {"suite": "ttfb", "args": _jsonable(args), "runs": rows}
 
 
+_STALL_TOKENS = 24  # what sim-stall sends before it goes silent
+
+
 async def _hold_idle(url: str, n: int, tokens: int, settle: float,
                      measure: Callable[[], int]) -> tuple[int, int]:
-    """Open ``n`` sim-stall streams, wait until each saw ``tokens`` events and ``settle``
-    seconds passed, return (events seen, measure()) and close them."""
+    """Open ``n`` streams that go silent after ``tokens`` token events (sim-stall for 24,
+    otherwise sim-healthy with a stall-mid-stream fault), wait until each saw them and
+    ``settle`` seconds passed, return (streams held, measure()) and close them."""
     seen = [0]
     ready = asyncio.Event()
     release = asyncio.Event()
-    body = {"model": "sim-stall", "stream": True, "max_tokens": 4096}
+    headers = {"Content-Type": "application/json"}
+    if tokens == _STALL_TOKENS:
+        body: dict[str, Any] = {"model": "sim-stall", "stream": True, "max_tokens": 4096}
+    else:
+        body = {"model": "sim-healthy", "stream": True, "max_tokens": tokens + 4096}
+        headers |= {"X-Sim-Fault": "stall-mid-stream", "X-Sim-Fault-After": str(tokens)}
 
     async def one(session: aiohttp.ClientSession, i: int) -> None:
         data = json.dumps({**body, "messages": [{"role": "user", "content": f"idle {i}"}]})
         async with session.post(url + "/v1/chat/completions", data=data,
-                                headers={"Content-Type": "application/json"}) as resp:
+                                headers=headers) as resp:
             got = 0
             while got < tokens:
                 chunk = await resp.content.readany()
@@ -262,11 +273,11 @@ async def memory(args: argparse.Namespace) -> dict[str, Any]:
         with running(proxies, args.logs):
             for proxy in proxies:
                 # Warm up with the same kind of streams, so the growth is per stream.
-                await _hold_idle(proxy.url, args.streams // 10, 24, 0.5,
+                await _hold_idle(proxy.url, args.streams // 10, args.tokens, 0.5,
                                  lambda: 0)
                 await asyncio.sleep(1.0)
                 before = rss_bytes(proxy.pid)
-                held, after = await _hold_idle(proxy.url, args.streams, 24, 1.0,
+                held, after = await _hold_idle(proxy.url, args.streams, args.tokens, 1.0,
                                                functools.partial(rss_bytes, proxy.pid))
                 per = (after - before) / max(1, held)
                 out[proxy.name] = {"streams": held, "rss_before": before, "rss_after": after,
@@ -347,6 +358,8 @@ def main(argv: list[str] | None = None) -> int:
     p.set_defaults(func=ttfb)
     p = sub.add_parser("memory", parents=[common])
     p.add_argument("--streams", type=int, default=1000)
+    p.add_argument("--tokens", type=int, default=_STALL_TOKENS,
+                   help="token events each stream gets before it goes idle (default 24)")
     p.set_defaults(func=memory)
     p = sub.add_parser("workers", parents=[common])
     p.add_argument("--loads", default="128,256,384,512,640")

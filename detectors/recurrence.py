@@ -37,7 +37,8 @@ The table has ``2 * history`` one-byte counters, each with a one-byte fingerprin
 in pairs (slot, slot ^ 1): a shingle is *seen* only when its fingerprint matches, so
 collisions do not fake recurrence (a full pair drops the shingle, which can only
 under-count). Memory: ``2 * history`` counters + ``2 * history`` fingerprints + a
-``history`` ring of 2-byte slots (16 + 16 + 16 = 48 KiB at the default 8192).
+``history`` ring of 2-byte slots (16 + 16 + 16 = 48 KiB at the default 8192), allocated
+when the channel's first 256-character block is analyzed.
 """
 
 from __future__ import annotations
@@ -118,9 +119,11 @@ class RecurrenceAnalyzer:
         self._hist = history
         table = history * 2
         self._bits = table.bit_length() - 1
-        self._counts = bytearray(table)
-        self._fps = bytearray(table)
-        self._ring = array("H", [0]) * history
+        # The tables are allocated by the first block that is analyzed: a stream that ends,
+        # or sits idle, before 256 characters of this channel never pays for them.
+        self._counts = bytearray()
+        self._fps = bytearray()
+        self._ring = array("H")
         self._rpos = 0
         self._n = 0
         self._min_seen = min_seen
@@ -167,6 +170,11 @@ class RecurrenceAnalyzer:
 
     def analyze(self, block: Block) -> Finding | None:
         """Score the block's shingles, then the window and the accumulated evidence."""
+        if not self._counts:
+            table = self._hist * 2
+            self._counts = bytearray(table)
+            self._fps = bytearray(table)
+            self._ring = array("H", [0]) * self._hist
         counts = self._counts
         fps = self._fps
         ring = self._ring

@@ -8,7 +8,7 @@ from detector_helpers import feed_text, load
 
 from detectors import DetectorConfig
 from detectors.blocks import Blocker
-from detectors.chain import text_analyzers
+from detectors.chain import default_chain, text_analyzers
 from detectors.recurrence import RecurrenceAnalyzer
 from detectors.replay import split_stream
 
@@ -102,3 +102,20 @@ def test_each_text_detector_stays_under_64_kib() -> None:
         peak = tracemalloc.get_traced_memory()[1] - base
         tracemalloc.stop()
         assert peak <= 64 * 1024, (name, peak)
+
+
+def test_chain_allocates_recurrence_tables_only_once_text_arrives() -> None:
+    """A stream idle before its first 256-character block holds no recurrence tables; the
+    first block allocates them (about 48 KiB per channel at the default history)."""
+    tracemalloc.start()
+    base = tracemalloc.get_traced_memory()[0]
+    chain = default_chain(DetectorConfig())
+    for _ in range(24):
+        assert chain.feed("thinking", " word", 1, 0.0) is None
+    young = tracemalloc.get_traced_memory()[0] - base
+    for _ in range(60):
+        assert chain.feed("thinking", " more", 1, 0.0) is None
+    grown = tracemalloc.get_traced_memory()[0] - base
+    tracemalloc.stop()
+    assert young < 16 * 1024, young
+    assert grown - young >= 48 * 1024, (young, grown)
