@@ -21,10 +21,10 @@ Suites:
 - ``ttfb``: C=1, ``requests`` sequential streams per configuration per repetition; the
   median time to first byte, and what each proxy adds to the direct figure.
 - ``memory``: RSS growth of a proxy process with N open streams that have gone idle
-  (``sim-stall`` sends 24 tokens, then nothing; with ``--tokens T`` above 24, healthy
-  reasoning stalled after T tokens by the simulator's ``stall-mid-stream`` fault), divided
-  by N; after a warm-up, so the figure is what one more open stream costs, detector state
-  included.
+  (``sim-stall`` sends 24 tokens, then nothing; with ``--tokens T`` above 24,
+  ``sim-long-thinking`` reasoning stalled after T tokens by the ``stall-mid-stream``
+  fault), divided by N; after a warm-up, so the figure is what one more open stream
+  costs, detector state included.
 - ``workers``: the highest paced load (streams x rate) the sidecar holds with
   ``--workers 1`` and ``--workers 2`` (held: >= 95 % of offered chunks/s delivered, p99
   lateness <= ``--late-ms``, no errors); the simulator alone is measured the same way
@@ -221,7 +221,7 @@ _STALL_TOKENS = 24  # what sim-stall sends before it goes silent
 async def _hold_idle(url: str, n: int, tokens: int, settle: float,
                      measure: Callable[[], int]) -> tuple[int, int]:
     """Open ``n`` streams that go silent after ``tokens`` token events (sim-stall for 24,
-    otherwise sim-healthy with a stall-mid-stream fault), wait until each saw them and
+    otherwise sim-long-thinking with a stall-mid-stream fault), wait until each saw them and
     ``settle`` seconds passed, return (streams held, measure()) and close them."""
     seen = [0]
     ready = asyncio.Event()
@@ -230,7 +230,7 @@ async def _hold_idle(url: str, n: int, tokens: int, settle: float,
     if tokens == _STALL_TOKENS:
         body: dict[str, Any] = {"model": "sim-stall", "stream": True, "max_tokens": 4096}
     else:
-        body = {"model": "sim-healthy", "stream": True, "max_tokens": tokens + 4096}
+        body = {"model": "sim-long-thinking", "stream": True, "max_tokens": tokens + 4096}
         headers |= {"X-Sim-Fault": "stall-mid-stream", "X-Sim-Fault-After": str(tokens)}
 
     async def one(session: aiohttp.ClientSession, i: int) -> None:

@@ -29,7 +29,7 @@ from sidecar.stream import (
     TextDelta,
     Usage,
 )
-from sidecar.watch import MAX_KEPT_REASONING, ChoiceState, Totals
+from sidecar.watch import ChoiceState, Totals
 
 
 class OllamaAttempt:
@@ -119,7 +119,7 @@ class OllamaAttempt:
     def reasoning_of(self, index: int) -> str:
         """The (bounded) reasoning text seen."""
         state = self.choices.get(index)
-        return "".join(state.reasoning) if state else ""
+        return state.reasoning_text() if state else ""
 
     def totals(self) -> Totals:
         """This attempt's tokens plus the earlier ones', for the next attempt."""
@@ -158,9 +158,7 @@ class OllamaAttempt:
                 self.counted_tokens += ev.tokens
                 if ev.channel == "thinking":
                     state.thinking_tokens += ev.tokens
-                    if state.reasoning_chars < MAX_KEPT_REASONING:
-                        state.reasoning.append(ev.text)
-                        state.reasoning_chars += len(ev.text)
+                    state.keep_reasoning(ev.text)
                 else:
                     state.content_tokens += ev.tokens
                     if self.first_content_at is None:

@@ -37,6 +37,7 @@ from sidecar.stream import (
 )
 
 MAX_KEPT_REASONING = 32 * 1024  # characters of reasoning kept per choice for salvage
+_KEEP_JOIN = 64  # kept reasoning deltas are joined into one string this often
 
 
 @dataclass(slots=True)
@@ -49,6 +50,23 @@ class ChoiceState:
     content_tokens: int = 0
     reasoning: list[str] = field(default_factory=list)
     reasoning_chars: int = 0
+
+    def keep_reasoning(self, text: str) -> None:
+        """Keep a thinking delta for salvage, up to ``MAX_KEPT_REASONING`` characters.
+
+        Deltas are joined every ``_KEEP_JOIN`` pieces: a string per token would cost about
+        60 bytes of object overhead for 4 characters of text (about 0.5 MiB per choice at
+        the cap instead of about 33 KiB)."""
+        if self.reasoning_chars < MAX_KEPT_REASONING:
+            kept = self.reasoning
+            kept.append(text)
+            self.reasoning_chars += len(text)
+            if len(kept) >= _KEEP_JOIN:
+                self.reasoning = ["".join(kept)]
+
+    def reasoning_text(self) -> str:
+        """The reasoning kept so far."""
+        return "".join(self.reasoning)
 
 
 @dataclass(frozen=True, slots=True)
@@ -189,7 +207,7 @@ class Attempt:
     def reasoning_of(self, index: int) -> str:
         """The (bounded) reasoning text seen for upstream choice ``index``."""
         state = self.choices.get(index)
-        return "".join(state.reasoning) if state else ""
+        return state.reasoning_text() if state else ""
 
     # -- internals -----------------------------------------------------------------
 
@@ -224,9 +242,7 @@ class Attempt:
                 self.counted_tokens += item.tokens
                 if item.channel == "thinking":
                     state.thinking_tokens += item.tokens
-                    if state.reasoning_chars < MAX_KEPT_REASONING:
-                        state.reasoning.append(item.text)
-                        state.reasoning_chars += len(item.text)
+                    state.keep_reasoning(item.text)
                 else:
                     state.content_tokens += item.tokens
                     if self.first_content_at is None:
