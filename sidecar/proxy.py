@@ -534,8 +534,7 @@ class Proxy:
         headers = forward_headers(request.headers, drop=("accept-encoding", "content-type"))
         headers["Content-Type"] = "application/json"
         stall = self.config.detectors.stall_seconds
-        # The deadline is pushed back at most once per ``step`` seconds, so a silence is
-        # noticed between ``stall`` and ``stall + step`` after the last byte.
+        # A silence is noticed between ``stall`` and ``stall + step`` after the last byte.
         step = min(_STALL_GRANULARITY, stall / 4) if stall is not None else _STALL_GRANULARITY
         loop = asyncio.get_running_loop()
         headers_received = False
@@ -553,43 +552,51 @@ class Proxy:
                 ex.upstream_status = up.status
                 sink.upstream_headers(up.headers)
                 reader = up.content
-                pushed = loop.time()
-                async with asyncio.timeout(None) as deadline:
-                    if stall is not None:
-                        deadline.reschedule(pushed + stall + step)
-                    while True:
-                        try:
-                            chunk = await reader.readany()
-                        except TimeoutError:
-                            if not deadline.expired():
-                                # aiohttp's read timeout, not our clock tick: the reader
-                                # is dead now, and retrying it would spin forever.
-                                raise
-                            now = loop.time()
-                            if attempt.tick(now) is not None:
-                                break
-                            deadline.reschedule(now + step)
-                            continue
+                # The stall deadline: pushed back at most once per ``step`` while bytes
+                # arrive; when it expires the clock-driven detectors look, and reading
+                # goes on unless their verdict stops the attempt (not in shadow mode).
+                window = stall or 0.0
+                deadline_at = loop.time() + window + step if stall is not None else None
+                while True:
+                    writing = False
+                    try:
+                        async with asyncio.timeout_at(deadline_at) as deadline:
+                            while True:
+                                chunk = await reader.readany()
+                                now = loop.time()
+                                if not chunk:
+                                    tail = attempt.eof(now)
+                                    if tail:
+                                        writing = True
+                                        await sink.write(tail)
+                                    break
+                                out = attempt.feed(chunk, now)
+                                if out:
+                                    writing = True
+                                    await sink.write(out)
+                                    writing = False
+                                if attempt.stopped:
+                                    break
+                                if deadline_at is not None and now > deadline_at - window:
+                                    deadline_at = now + window + step
+                                    deadline.reschedule(deadline_at)
+                        break
+                    except TimeoutError:
+                        if not deadline.expired():
+                            raise  # aiohttp's own read timeout: the reader is dead now
                         now = loop.time()
-                        if not chunk:
-                            tail = attempt.eof(now)
-                            if tail:
-                                await sink.write(tail)
+                        # A client slow to take bytes held the write past the deadline
+                        # (the bytes are in the transport already): upstream is not silent.
+                        if not writing and attempt.tick(now) is not None and attempt.stopped:
                             break
-                        out = attempt.feed(chunk, now)
-                        if out:
-                            await sink.write(out)
-                        if attempt.stopped:
-                            break
-                        if stall is not None and now - pushed > step:
-                            pushed = now
-                            deadline.reschedule(now + stall + step)
+                        deadline_at = now + (window + step if writing else step)
                 if attempt.stopped:
                     up.close()  # not release(): vLLM must see the disconnect and abort
                 elif not attempt.done and (not attempt.choices or attempt.open_choices):
                     raise UpstreamDisconnected("upstream ended the stream before it finished")
         except (TimeoutError, aiohttp.ClientError, OSError) as exc:
-            if isinstance(exc, TimeoutError) and headers_received and attempt.tick(loop.time()):
+            if (isinstance(exc, TimeoutError) and headers_received
+                    and attempt.tick(loop.time()) is not None and attempt.stopped):
                 return
             raise map_upstream_exception(exc, headers_received=headers_received) from None
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import socket
 
 import aiohttp
@@ -143,6 +144,27 @@ async def test_stall_mid_stream_is_cut_and_ends(make_stack: StackFactory) -> Non
     assert b"detector=stall" in data
     assert data.endswith(b"data: [DONE]\n\n")
     assert await stack.sim_metric("vllm:num_requests_running") == 0
+
+
+async def test_stall_in_shadow_mode_leaves_the_stream_open(make_stack: StackFactory) -> None:
+    """In shadow mode a silent upstream is only noticed: the client's stream stays open
+    (as it would on vLLM directly), with no error, no [DONE] and nothing cut upstream."""
+    stack = await make_stack(detectors={"stall_seconds": 0.3})
+    headers = {"X-Sim-Fault": "stall-mid-stream", "X-Runaway-Mode": "shadow"}
+    data = b""
+    async with aiohttp.ClientSession() as s, s.post(
+        stack.url + "/v1/chat/completions", json={**BODY, "stream": True}, headers=headers
+    ) as r:
+        assert r.status == 200
+        with pytest.raises(TimeoutError):
+            async with asyncio.timeout(1.5):  # five stall windows
+                async for chunk in r.content.iter_any():
+                    data += chunk
+        assert await stack.sim_metric("vllm:num_requests_running") == 1
+    assert data.count(b"data: {") >= 3
+    assert b"[DONE]" not in data
+    assert b"error" not in data
+    assert b": runaway" not in data
 
 
 async def test_sim_stall_model_reissued(make_stack: StackFactory) -> None:
