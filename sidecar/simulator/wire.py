@@ -156,11 +156,17 @@ class Vllm032Wire(WireDialect):
         return b"data: [DONE]\n\n"
 
     @staticmethod
-    def _chat_usage(usage: Usage) -> dict[str, Any]:
+    def _completion_usage(usage: Usage) -> dict[str, Any]:
         return {
             "prompt_tokens": usage.prompt_tokens,
             "total_tokens": usage.prompt_tokens + usage.completion_tokens,
             "completion_tokens": usage.completion_tokens,
+        }
+
+    @classmethod
+    def _chat_usage(cls, usage: Usage) -> dict[str, Any]:
+        return {
+            **cls._completion_usage(usage),
             "completion_tokens_details": {"reasoning_tokens": usage.reasoning_tokens},
         }
 
@@ -168,21 +174,66 @@ class Vllm032Wire(WireDialect):
     def _head(ident: StreamIdentity, obj: str) -> dict[str, Any]:
         return {"id": ident.id, "object": obj, "created": ident.created, "model": ident.model}
 
-    def chat_role_chunk(self, ident: StreamIdentity, index: int, usage: Usage | None) -> bytes:
-        chunk = self._head(ident, "chat.completion.chunk")
-        chunk["choices"] = [
-            {
-                "index": index,
-                "delta": {"role": "assistant", "content": ""},
-                "logprobs": None,
-                "finish_reason": None,
-            }
-        ]
+    def _stream_chunk(
+        self,
+        ident: StreamIdentity,
+        obj: str,
+        choices: list[dict[str, Any]],
+        usage: dict[str, Any] | None,
+        fingerprint: str | None,
+        **tail: None,
+    ) -> bytes:
+        """One stream event: the head, ``choices``, then ``usage`` and ``system_fingerprint``
+        where given, then the ``tail`` keys in order."""
+        chunk = self._head(ident, obj)
+        chunk["choices"] = choices
         if usage is not None:
-            chunk["usage"] = self._chat_usage(usage)
-        chunk["prompt_token_ids"] = None
-        chunk["prompt_text"] = None
+            chunk["usage"] = usage
+        if fingerprint is not None:
+            chunk["system_fingerprint"] = fingerprint
+        chunk.update(tail)
         return self.event(_dumps(chunk))
+
+    def _response(
+        self,
+        ident: StreamIdentity,
+        obj: str,
+        choices: list[dict[str, Any]],
+        usage: Usage,
+        completion_details: dict[str, int] | None,
+        fingerprint: str,
+        **tail: None,
+    ) -> bytes:
+        """A whole non-streaming body: the head, ``choices``, service tier, fingerprint,
+        full usage, then the ``tail`` keys in order."""
+        body = self._head(ident, obj)
+        body["choices"] = choices
+        body["service_tier"] = None
+        body["system_fingerprint"] = fingerprint
+        body["usage"] = {
+            **self._completion_usage(usage),
+            "prompt_tokens_details": None,
+            "completion_tokens_details": completion_details,
+        }
+        body.update(tail)
+        return _dumps(body)
+
+    def chat_role_chunk(self, ident: StreamIdentity, index: int, usage: Usage | None) -> bytes:
+        choice = {
+            "index": index,
+            "delta": {"role": "assistant", "content": ""},
+            "logprobs": None,
+            "finish_reason": None,
+        }
+        return self._stream_chunk(
+            ident,
+            "chat.completion.chunk",
+            [choice],
+            None if usage is None else self._chat_usage(usage),
+            None,
+            prompt_token_ids=None,
+            prompt_text=None,
+        )
 
     def chat_delta_chunk(
         self,
@@ -204,20 +255,18 @@ class Vllm032Wire(WireDialect):
         if finish_reason is not None:
             choice["stop_reason"] = stop_reason
         choice["token_ids"] = None
-        chunk = self._head(ident, "chat.completion.chunk")
-        chunk["choices"] = [choice]
-        if usage is not None:
-            chunk["usage"] = self._chat_usage(usage)
-        if fingerprint is not None:
-            chunk["system_fingerprint"] = fingerprint
-        return self.event(_dumps(chunk))
+        return self._stream_chunk(
+            ident,
+            "chat.completion.chunk",
+            [choice],
+            None if usage is None else self._chat_usage(usage),
+            fingerprint,
+        )
 
     def chat_usage_chunk(self, ident: StreamIdentity, usage: Usage, fingerprint: str) -> bytes:
-        chunk = self._head(ident, "chat.completion.chunk")
-        chunk["choices"] = []
-        chunk["usage"] = self._chat_usage(usage)
-        chunk["system_fingerprint"] = fingerprint
-        return self.event(_dumps(chunk))
+        return self._stream_chunk(
+            ident, "chat.completion.chunk", [], self._chat_usage(usage), fingerprint
+        )
 
     def chat_response(
         self,
@@ -226,37 +275,32 @@ class Vllm032Wire(WireDialect):
         usage: Usage,
         fingerprint: str,
     ) -> bytes:
-        body = self._head(ident, "chat.completion")
-        body["choices"] = [
-            {
-                "index": c.index,
-                "message": {
-                    "role": "assistant",
-                    "content": c.content,
-                    "refusal": None,
-                    "annotations": None,
-                    "audio": None,
-                    "function_call": None,
-                    "reasoning": c.reasoning,
-                },
-                "logprobs": None,
-                "finish_reason": c.finish_reason,
-                "stop_reason": c.stop_reason,
-                "token_ids": None,
-                "routed_experts": None,
-            }
-            for c in choices
-        ]
-        body["service_tier"] = None
-        body["system_fingerprint"] = fingerprint
-        body["usage"] = {
-            "prompt_tokens": usage.prompt_tokens,
-            "total_tokens": usage.prompt_tokens + usage.completion_tokens,
-            "completion_tokens": usage.completion_tokens,
-            "prompt_tokens_details": None,
-            "completion_tokens_details": {"reasoning_tokens": usage.reasoning_tokens},
-        }
-        body.update(
+        return self._response(
+            ident,
+            "chat.completion",
+            [
+                {
+                    "index": c.index,
+                    "message": {
+                        "role": "assistant",
+                        "content": c.content,
+                        "refusal": None,
+                        "annotations": None,
+                        "audio": None,
+                        "function_call": None,
+                        "reasoning": c.reasoning,
+                    },
+                    "logprobs": None,
+                    "finish_reason": c.finish_reason,
+                    "stop_reason": c.stop_reason,
+                    "token_ids": None,
+                    "routed_experts": None,
+                }
+                for c in choices
+            ],
+            usage,
+            {"reasoning_tokens": usage.reasoning_tokens},
+            fingerprint,
             prompt_logprobs=None,
             prompt_token_ids=None,
             prompt_text=None,
@@ -264,7 +308,6 @@ class Vllm032Wire(WireDialect):
             ec_transfer_params=None,
             metrics=None,
         )
-        return _dumps(body)
 
     def completion_chunk(
         self,
@@ -277,40 +320,29 @@ class Vllm032Wire(WireDialect):
         usage: Usage | None,
         fingerprint: str | None,
     ) -> bytes:
-        chunk = self._head(ident, "text_completion")
-        chunk["choices"] = [
-            {
-                "index": index,
-                "text": text,
-                "logprobs": None,
-                "finish_reason": finish_reason,
-                "stop_reason": stop_reason,
-                "prompt_token_ids": None,
-                "token_ids": None,
-            }
-        ]
-        if usage is not None:
-            chunk["usage"] = {
-                "prompt_tokens": usage.prompt_tokens,
-                "total_tokens": usage.prompt_tokens + usage.completion_tokens,
-                "completion_tokens": usage.completion_tokens,
-            }
-        if fingerprint is not None:
-            chunk["system_fingerprint"] = fingerprint
-        return self.event(_dumps(chunk))
+        choice = {
+            "index": index,
+            "text": text,
+            "logprobs": None,
+            "finish_reason": finish_reason,
+            "stop_reason": stop_reason,
+            "prompt_token_ids": None,
+            "token_ids": None,
+        }
+        return self._stream_chunk(
+            ident,
+            "text_completion",
+            [choice],
+            None if usage is None else self._completion_usage(usage),
+            fingerprint,
+        )
 
     def completion_usage_chunk(
         self, ident: StreamIdentity, usage: Usage, fingerprint: str
     ) -> bytes:
-        chunk = self._head(ident, "text_completion")
-        chunk["choices"] = []
-        chunk["usage"] = {
-            "prompt_tokens": usage.prompt_tokens,
-            "total_tokens": usage.prompt_tokens + usage.completion_tokens,
-            "completion_tokens": usage.completion_tokens,
-        }
-        chunk["system_fingerprint"] = fingerprint
-        return self.event(_dumps(chunk))
+        return self._stream_chunk(
+            ident, "text_completion", [], self._completion_usage(usage), fingerprint
+        )
 
     def completion_response(
         self,
@@ -320,32 +352,30 @@ class Vllm032Wire(WireDialect):
         fingerprint: str,
     ) -> bytes:
         # Not captured; field order follows vLLM's CompletionResponse model (full dump).
-        body = self._head(ident, "text_completion")
-        body["choices"] = [
-            {
-                "index": c.index,
-                "text": (c.reasoning or "") + (c.content or ""),
-                "logprobs": None,
-                "finish_reason": c.finish_reason,
-                "stop_reason": c.stop_reason,
-                "token_ids": None,
-                "prompt_logprobs": None,
-                "prompt_token_ids": None,
-                "routed_experts": None,
-            }
-            for c in choices
-        ]
-        body["service_tier"] = None
-        body["system_fingerprint"] = fingerprint
-        body["usage"] = {
-            "prompt_tokens": usage.prompt_tokens,
-            "total_tokens": usage.prompt_tokens + usage.completion_tokens,
-            "completion_tokens": usage.completion_tokens,
-            "prompt_tokens_details": None,
-            "completion_tokens_details": None,
-        }
-        body.update(kv_transfer_params=None, ec_transfer_params=None, metrics=None)
-        return _dumps(body)
+        return self._response(
+            ident,
+            "text_completion",
+            [
+                {
+                    "index": c.index,
+                    "text": (c.reasoning or "") + (c.content or ""),
+                    "logprobs": None,
+                    "finish_reason": c.finish_reason,
+                    "stop_reason": c.stop_reason,
+                    "token_ids": None,
+                    "prompt_logprobs": None,
+                    "prompt_token_ids": None,
+                    "routed_experts": None,
+                }
+                for c in choices
+            ],
+            usage,
+            None,
+            fingerprint,
+            kv_transfer_params=None,
+            ec_transfer_params=None,
+            metrics=None,
+        )
 
     def error_body(self, message: str, err_type: str, param: str | None, code: int) -> bytes:
         return _dumps(

@@ -119,10 +119,9 @@ class SglangWire(Vllm032Wire):
                 "matched_stop": matched}
 
     def chat_role_chunk(self, ident: StreamIdentity, index: int, usage: Usage | None) -> bytes:
-        chunk = self._head(ident, "chat.completion.chunk")
-        chunk["choices"] = [self._choice(
-            index, {"reasoning_content": None, "role": "assistant", "content": ""}, None, None)]
-        return _event(chunk)
+        return self._stream_chunk(ident, "chat.completion.chunk", [self._choice(
+            index, {"reasoning_content": None, "role": "assistant", "content": ""}, None, None)],
+            None, None)
 
     def chat_delta_chunk(
         self, ident: StreamIdentity, index: int, delta: dict[str, str], *,
@@ -141,20 +140,14 @@ class SglangWire(Vllm032Wire):
             out = {"reasoning_content": None, **delta}
         # ⚠ matched_stop of the finish chunk: the EOS id of qwen3, as in the document.
         matched = 151645 if finish_reason == "stop" else None
-        chunk = self._head(ident, "chat.completion.chunk")
-        chunk["choices"] = [self._choice(index, out, finish_reason, matched)]
-        return _event(chunk)
+        return self._stream_chunk(ident, "chat.completion.chunk",
+                                  [self._choice(index, out, finish_reason, matched)], None, None)
 
     def chat_usage_chunk(self, ident: StreamIdentity, usage: Usage, fingerprint: str) -> bytes:
         # ⚠ The usage chunk shape is inferred from SGLang's models, not rebuilt.
-        chunk = self._head(ident, "chat.completion.chunk")
-        chunk["choices"] = []
-        chunk["usage"] = {"prompt_tokens": usage.prompt_tokens,
-                          "total_tokens": usage.prompt_tokens + usage.completion_tokens,
-                          "completion_tokens": usage.completion_tokens,
-                          "prompt_tokens_details": None,
-                          "reasoning_tokens": usage.reasoning_tokens}
-        return _event(chunk)
+        return self._stream_chunk(ident, "chat.completion.chunk", [], {
+            **self._completion_usage(usage), "prompt_tokens_details": None,
+            "reasoning_tokens": usage.reasoning_tokens}, None)
 
     def error_body(self, message: str, err_type: str, param: str | None, code: int) -> bytes:
         # ⚠ Before a stream, SGLang's ErrorResponse is not wrapped in "error".
