@@ -184,43 +184,32 @@ def _model(body: Mapping[str, Any], known: tuple[str, ...]) -> str:
     return model
 
 
-def parse_chat(body: object, *, known: tuple[str, ...], max_model_len: int) -> Job:
-    """Validate a ``/v1/chat/completions`` body (raises :class:`ApiError`)."""
-    if not isinstance(body, Mapping):
-        raise _bad("The request body must be a JSON object.")
-    stream, include, continuous = _stream_flags(body)
-    messages = body.get("messages")
-    if not isinstance(messages, list) or not messages:
-        raise _validation("`messages` must be a non-empty list.", "messages")
-    if not all(isinstance(m, Mapping) for m in messages):
-        raise _validation("Every message must be an object.", "messages")
-    add_prompt = body.get("add_generation_prompt", True) is not False
-    cont = body.get("continue_final_message") is True
-    if add_prompt and cont:
-        raise _bad("Cannot set both `continue_final_message` and `add_generation_prompt` to True.")
+def _job(
+    body: Mapping[str, Any],
+    endpoint: Endpoint,
+    flags: tuple[bool, bool, bool],
+    prompt: str,
+    mode: Mode,
+    *,
+    thinking: bool,
+    include_reasoning: bool,
+    known: tuple[str, ...],
+    max_model_len: int,
+    default_max_tokens: int | None,
+) -> Job:
+    """The checks both endpoints make after their own body checks, in vLLM's order
+    (thinking budget, repetition detection, ``n``, model, then ``max_tokens`` against the
+    prompt's length), and the :class:`Job` they build (raises :class:`ApiError`)."""
     budget = _budget(body)
     repetition = _repetition(body)
     n = _n(body)
     model = _model(body, known)
-    thinking = thinking_enabled(body)
-    prompt = render_chat(
-        messages, add_generation_prompt=add_prompt, continue_final_message=cont, thinking=thinking
-    )
     prompt_tokens = len(tokenize(prompt))
-    if cont:
-        last = think_state_of_prompt(message_text(messages[-1].get("content")))
-        if not thinking:
-            mode = Mode.NO_THINK
-        elif last == "open":
-            mode = Mode.THINK_PREFILLED
-        else:
-            mode = Mode.CONTINUE
-    else:
-        mode = Mode.THINK if thinking else Mode.NO_THINK
-    max_tokens = _max_tokens(body, prompt_tokens, max_model_len, None)
+    max_tokens = _max_tokens(body, prompt_tokens, max_model_len, default_max_tokens)
+    stream, include, continuous = flags
     request_id = body.get("request_id")
     return Job(
-        endpoint="chat",
+        endpoint=endpoint,
         model=model,
         stream=stream,
         n=n,
@@ -231,7 +220,49 @@ def parse_chat(body: object, *, known: tuple[str, ...], max_model_len: int) -> J
         spec=GenSpec(max_tokens, mode, budget, repetition, stream=stream),
         thinking=thinking,
         request_id=request_id if isinstance(request_id, str) else None,
+        include_reasoning=include_reasoning,
+    )
+
+
+def parse_chat(body: object, *, known: tuple[str, ...], max_model_len: int) -> Job:
+    """Validate a ``/v1/chat/completions`` body (raises :class:`ApiError`)."""
+    if not isinstance(body, Mapping):
+        raise _bad("The request body must be a JSON object.")
+    flags = _stream_flags(body)
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise _validation("`messages` must be a non-empty list.", "messages")
+    if not all(isinstance(m, Mapping) for m in messages):
+        raise _validation("Every message must be an object.", "messages")
+    add_prompt = body.get("add_generation_prompt", True) is not False
+    cont = body.get("continue_final_message") is True
+    if add_prompt and cont:
+        raise _bad("Cannot set both `continue_final_message` and `add_generation_prompt` to True.")
+    thinking = thinking_enabled(body)
+    prompt = render_chat(
+        messages, add_generation_prompt=add_prompt, continue_final_message=cont, thinking=thinking
+    )
+    if cont:
+        last = think_state_of_prompt(message_text(messages[-1].get("content")))
+        if not thinking:
+            mode = Mode.NO_THINK
+        elif last == "open":
+            mode = Mode.THINK_PREFILLED
+        else:
+            mode = Mode.CONTINUE
+    else:
+        mode = Mode.THINK if thinking else Mode.NO_THINK
+    return _job(
+        body,
+        "chat",
+        flags,
+        prompt,
+        mode,
+        thinking=thinking,
         include_reasoning=body.get("include_reasoning", True) is not False,
+        known=known,
+        max_model_len=max_model_len,
+        default_max_tokens=None,
     )
 
 
@@ -240,7 +271,7 @@ def parse_completion(body: object, *, known: tuple[str, ...], max_model_len: int
     string is supported; the raw prompt decides whether the model starts thinking."""
     if not isinstance(body, Mapping):
         raise _bad("The request body must be a JSON object.")
-    stream, include, continuous = _stream_flags(body)
+    flags = _stream_flags(body)
     prompt = body.get("prompt")
     if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
         prompt = prompt[0]
@@ -248,25 +279,17 @@ def parse_completion(body: object, *, known: tuple[str, ...], max_model_len: int
         raise _validation(
             "Either prompt or prompt_embeds must be provided and non-empty.", "prompt"
         )
-    budget = _budget(body)
-    repetition = _repetition(body)
-    n = _n(body)
-    model = _model(body, known)
-    prompt_tokens = len(tokenize(prompt))
     state = think_state_of_prompt(prompt)
     mode = {"closed": Mode.NO_THINK, "open": Mode.THINK_PREFILLED, "none": Mode.THINK}[state]
-    max_tokens = _max_tokens(body, prompt_tokens, max_model_len, COMPLETIONS_DEFAULT_MAX_TOKENS)
-    request_id = body.get("request_id")
-    return Job(
-        endpoint="completions",
-        model=model,
-        stream=stream,
-        n=n,
-        include_usage=include,
-        continuous_usage=continuous,
-        prompt=prompt,
-        prompt_tokens=prompt_tokens,
-        spec=GenSpec(max_tokens, mode, budget, repetition),
+    return _job(
+        body,
+        "completions",
+        flags,
+        prompt,
+        mode,
         thinking=state != "closed",
-        request_id=request_id if isinstance(request_id, str) else None,
+        include_reasoning=True,
+        known=known,
+        max_model_len=max_model_len,
+        default_max_tokens=COMPLETIONS_DEFAULT_MAX_TOKENS,
     )
