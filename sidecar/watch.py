@@ -91,7 +91,131 @@ class Totals:
                 "completion_tokens_details": {"reasoning_tokens": self.reasoning_tokens}}
 
 
-class Attempt:
+class WatchedAttempt:
+    """What every watched upstream attempt keeps, whatever its wire format (SSE here,
+    NDJSON in ``sidecar.ollama_attempt``): one :class:`ChoiceState` and detector chain
+    per upstream choice, the first verdict, token counts, usage, errors and the end of
+    the stream. Subclasses decode their bytes into stream events and pass each chunk's
+    events to ``_apply``."""
+
+    def __init__(
+        self,
+        *,
+        number: int,
+        detectors: DetectorConfig,
+        started_at: float,
+        head: Head | None,
+        earlier: Totals,
+        stop_on_verdict: bool,
+        index_map: dict[int, int] | None = None,
+    ) -> None:
+        self.number = number
+        self.head = head
+        self.index_map = index_map or {}
+        self.earlier = earlier
+        self.stop_on_verdict = stop_on_verdict
+        self._detectors = detectors
+        self._started_at = started_at
+        self.choices: dict[int, ChoiceState] = {}
+        self.verdict: Verdict | None = None
+        self.verdict_index: int | None = None
+        self.done = False
+        self.error: StreamError | None = None
+        self.usage: Usage | None = None
+        self.counted_tokens = 0
+        self.first_content_at: float | None = None
+
+    def tick(self, now: float) -> Verdict | None:
+        """No bytes arrived for a while: let clock-driven detectors (stall, wall budget) look."""
+        self._tick(now)
+        return self.verdict
+
+    @property
+    def stopped(self) -> bool:
+        """True once a verdict should stop this attempt."""
+        return self.verdict is not None and self.stop_on_verdict
+
+    @property
+    def open_choices(self) -> list[int]:
+        """Client-side indices of choices that have not finished, in order."""
+        return sorted(self._client_index(i) for i, c in self.choices.items() if not c.finished)
+
+    def reasoning_of(self, index: int) -> str:
+        """The (bounded) reasoning text seen for upstream choice ``index``."""
+        state = self.choices.get(index)
+        return state.reasoning_text() if state else ""
+
+    def totals(self) -> Totals:
+        """This attempt's tokens plus the earlier ones', for the next attempt."""
+        usage = self.usage
+        completion = max(usage.completion_tokens if usage else 0, self.counted_tokens)
+        reasoning = sum(c.thinking_tokens for c in self.choices.values())
+        return Totals(
+            self.earlier.prompt_tokens + (usage.prompt_tokens if usage else 0),
+            self.earlier.completion_tokens + completion,
+            self.earlier.reasoning_tokens + reasoning,
+            self.earlier.unknown_prompts + (0 if usage else 1),
+            usage.prompt_tokens if usage else self.earlier.last_prompt,
+        )
+
+    # -- internals -----------------------------------------------------------------
+
+    def _client_index(self, index: int) -> int:
+        return self.index_map.get(index, index)
+
+    def _state(self, index: int) -> ChoiceState:
+        state = self.choices.get(index)
+        if state is None:
+            chain = default_chain(self._detectors, started_at=self._started_at)
+            state = self.choices[index] = ChoiceState(chain)
+        return state
+
+    def _tick(self, now: float) -> None:
+        if self.verdict is not None:
+            return
+        for index, state in self.choices.items():
+            if not state.finished:
+                verdict = state.chain.tick(now)
+                if verdict is not None:
+                    self.verdict, self.verdict_index = verdict, index
+                    return
+
+    def _apply(self, parsed: list[Any], now: float) -> None:
+        """Update state from one chunk's events (runs once per upstream event)."""
+        for item in parsed:
+            kind = type(item)  # the event types are final: an identity test is enough
+            if kind is TextDelta:
+                state = self.choices.get(item.index)
+                if state is None:
+                    state = self._state(item.index)
+                self.counted_tokens += item.tokens
+                if item.channel == "thinking":
+                    state.thinking_tokens += item.tokens
+                    state.keep_reasoning(item.text)
+                else:
+                    state.content_tokens += item.tokens
+                    if self.first_content_at is None:
+                        self.first_content_at = now
+                if self.verdict is None:
+                    verdict = state.chain.feed(item.channel, item.text, item.tokens, now)
+                    if verdict is not None:
+                        self.verdict, self.verdict_index = verdict, item.index
+            elif kind is Finish:
+                self._state(item.index).finished = True
+            elif kind is Usage:
+                # Forwarded whether or not the client asked: a server started with
+                # --enable-force-include-usage sends it anyway, and so must we.
+                self.usage = item
+            elif kind is Done:
+                self.done = True
+            elif kind is StreamError:
+                self.error = item
+                self.done = True
+            elif kind is ToolCallDelta:
+                self._state(item.index)
+
+
+class Attempt(WatchedAttempt):
     """State of one upstream request of a client request (the first, or a reissue)."""
 
     def __init__(
@@ -111,32 +235,19 @@ class Attempt:
         client_usage: bool = False,
         client_continuous_usage: bool = False,
     ) -> None:
+        super().__init__(number=number, detectors=detectors, started_at=started_at, head=head,
+                         earlier=earlier, stop_on_verdict=stop_on_verdict, index_map=index_map)
         self.route = route
-        self.number = number
-        self.head = head
-        self.index_map = index_map or {}
         self.reasoning_to_content = reasoning_to_content
         self.aggregator = aggregator
-        self.earlier = earlier
-        self.stop_on_verdict = stop_on_verdict
         # The client sent include_reasoning=false: the sidecar asked for reasoning anyway
         # (it must watch it) and removes it here, as vLLM would have.
         self.hide_reasoning = hide_reasoning
         # What the client asked of usage: it decides what a rewritten reissue chunk keeps.
         self.client_usage = client_usage
         self.client_continuous_usage = client_continuous_usage
-        self._detectors = detectors
-        self._started_at = started_at
         self._decoder = SSEDecoder()
         self._model = StreamModel(route)
-        self.choices: dict[int, ChoiceState] = {}
-        self.verdict: Verdict | None = None
-        self.verdict_index: int | None = None
-        self.done = False
-        self.error: StreamError | None = None
-        self.usage: Usage | None = None
-        self.counted_tokens = 0
-        self.first_content_at: float | None = None
 
     # -- feeding -------------------------------------------------------------------
 
@@ -169,6 +280,13 @@ class Attempt:
             except MalformedChunk as exc:
                 raise UpstreamProtocolError(str(exc)) from None
             self._apply(parsed, now)
+            chunk = model.chunk
+            if chunk is not None:
+                if self.head is None and "id" in chunk:
+                    self.head = Head(chunk.get("id"), chunk.get("created"), chunk.get("model"),
+                                     self.route)
+                if self.aggregator is not None and self.error is None:
+                    self._aggregate(chunk)
             out.append(ev.raw if verbatim else self._bytes_for(ev.raw, parsed))
         return out[0] if len(out) == 1 else b"".join(out)
 
@@ -182,21 +300,6 @@ class Attempt:
             out += rest
         return out
 
-    def tick(self, now: float) -> Verdict | None:
-        """No bytes arrived for a while: let clock-driven detectors (stall, wall budget) look."""
-        self._tick(now)
-        return self.verdict
-
-    @property
-    def stopped(self) -> bool:
-        """True once a verdict should stop this attempt."""
-        return self.verdict is not None and self.stop_on_verdict
-
-    @property
-    def open_choices(self) -> list[int]:
-        """Client-side indices of choices that have not finished, in order."""
-        return sorted(self._client_index(i) for i, c in self.choices.items() if not c.finished)
-
     def inline_open(self, client_index: int) -> bool:
         """Whether the choice's content is inside an inline ``<think>`` left open."""
         for index in self.choices:
@@ -204,75 +307,15 @@ class Attempt:
                 return self._model.inline_open(index)
         return False
 
-    def reasoning_of(self, index: int) -> str:
-        """The (bounded) reasoning text seen for upstream choice ``index``."""
-        state = self.choices.get(index)
-        return state.reasoning_text() if state else ""
-
     # -- internals -----------------------------------------------------------------
 
-    def _client_index(self, index: int) -> int:
-        return self.index_map.get(index, index)
-
-    def _state(self, index: int) -> ChoiceState:
-        state = self.choices.get(index)
-        if state is None:
-            chain = default_chain(self._detectors, started_at=self._started_at)
-            state = self.choices[index] = ChoiceState(chain)
-        return state
-
-    def _tick(self, now: float) -> None:
-        if self.verdict is not None:
-            return
-        for index, state in self.choices.items():
-            if not state.finished:
-                verdict = state.chain.tick(now)
-                if verdict is not None:
-                    self.verdict, self.verdict_index = verdict, index
-                    return
-
-    def _apply(self, parsed: list[Any], now: float) -> None:
-        """Update state from one chunk's events."""
-        for item in parsed:
-            kind = type(item)  # the event types are final: an identity test is enough
-            if kind is TextDelta:
-                state = self.choices.get(item.index)
-                if state is None:
-                    state = self._state(item.index)
-                self.counted_tokens += item.tokens
-                if item.channel == "thinking":
-                    state.thinking_tokens += item.tokens
-                    state.keep_reasoning(item.text)
-                else:
-                    state.content_tokens += item.tokens
-                    if self.first_content_at is None:
-                        self.first_content_at = now
-                if self.verdict is None:
-                    verdict = state.chain.feed(item.channel, item.text, item.tokens, now)
-                    if verdict is not None:
-                        self.verdict, self.verdict_index = verdict, item.index
-            elif kind is Finish:
-                self._state(item.index).finished = True
-            elif kind is Usage:
-                # Forwarded whether or not the client asked: a server started with
-                # --enable-force-include-usage sends it anyway, and so must we.
-                self.usage = item
-            elif kind is Done:
-                self.done = True
-            elif kind is StreamError:
-                self.error = item
-                self.done = True
-            elif kind is ToolCallDelta:
-                self._state(item.index)
-        chunk = self._model.chunk
-        if self.head is None and chunk is not None and "id" in chunk:
-            self.head = Head(chunk.get("id"), chunk.get("created"), chunk.get("model"),
-                             self.route)
-        if self.aggregator is not None and chunk is not None and self.error is None:
-            self.aggregator.add(chunk, index_map=self.index_map)
-            usage = chunk.get("usage")
-            if isinstance(usage, dict) and not chunk.get("choices"):
-                self.aggregator.set_usage(self.summed_usage(usage) if self.number else usage)
+    def _aggregate(self, chunk: dict[str, Any]) -> None:
+        """Fold a chunk into the non-streaming client's response."""
+        assert self.aggregator is not None
+        self.aggregator.add(chunk, index_map=self.index_map)
+        usage = chunk.get("usage")
+        if isinstance(usage, dict) and not chunk.get("choices"):
+            self.aggregator.set_usage(self.summed_usage(usage) if self.number else usage)
 
     def _bytes_for(self, raw: bytes, parsed: list[Any]) -> bytes:
         if self.aggregator is not None:
@@ -323,19 +366,6 @@ class Attempt:
             details["reasoning_tokens"] += self.earlier.reasoning_tokens
             out["completion_tokens_details"] = details
         return out
-
-    def totals(self) -> Totals:
-        """This attempt's tokens plus the earlier ones', for the next attempt."""
-        usage = self.usage
-        completion = max(usage.completion_tokens if usage else 0, self.counted_tokens)
-        reasoning = sum(c.thinking_tokens for c in self.choices.values())
-        return Totals(
-            self.earlier.prompt_tokens + (usage.prompt_tokens if usage else 0),
-            self.earlier.completion_tokens + completion,
-            self.earlier.reasoning_tokens + reasoning,
-            self.earlier.unknown_prompts + (0 if usage else 1),
-            usage.prompt_tokens if usage else self.earlier.last_prompt,
-        )
 
 
 def _count(value: Any) -> int:
