@@ -51,6 +51,23 @@ def delta_text(obj: Any) -> int:
     return n
 
 
+def parse_events(buf: bytes, chunk: bytes) -> tuple[bytes, bytes, int]:
+    """The parsing floor's work on one read: ``chunk`` appended to ``buf`` (the unfinished
+    event so far) is cut after its last ``\n\n``; each completed ``data:`` payload is
+    parsed and its delta text read. Returns the completed events' original bytes (empty
+    while no event is complete), the new unfinished rest, and the characters read."""
+    buf = buf + chunk if buf else chunk
+    end = buf.rfind(b"\n\n")
+    if end < 0:
+        return b"", buf, 0
+    done, rest = buf[: end + 2], buf[end + 2 :]
+    chars = 0
+    for event in done.split(b"\n\n"):
+        if event.startswith(b"data: ") and event != b"data: [DONE]":
+            chars += delta_text(orjson.loads(event[6:]))
+    return done, rest, chars
+
+
 def make_app(upstream: str, *, parsing: bool) -> web.Application:
     """The floor proxy application."""
     app = web.Application()
@@ -79,17 +96,10 @@ def make_app(upstream: str, *, parsing: bool) -> web.Application:
                     await resp.write(chunk)
             else:
                 buf = b""
-                chars = 0
                 while chunk := await reader.readany():
-                    buf = buf + chunk if buf else chunk
-                    end = buf.rfind(b"\n\n")
-                    if end < 0:
-                        continue
-                    done, buf = buf[: end + 2], buf[end + 2 :]
-                    for event in done.split(b"\n\n"):
-                        if event.startswith(b"data: ") and event != b"data: [DONE]":
-                            chars += delta_text(orjson.loads(event[6:]))
-                    await resp.write(done)
+                    done, buf, _chars = parse_events(buf, chunk)
+                    if done:
+                        await resp.write(done)
                 if buf:
                     await resp.write(buf)
             await resp.write_eof()

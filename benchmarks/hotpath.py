@@ -26,10 +26,9 @@ import time
 from dataclasses import replace
 
 import aiohttp
-import orjson
 from aiohttp.test_utils import TestServer
 
-from benchmarks.floor import delta_text
+from benchmarks.floor import parse_events
 from detectors import DetectorConfig
 from sidecar.simulator import SimulatorConfig, make_simulator_app
 from sidecar.watch import Attempt
@@ -59,14 +58,8 @@ def _floor(stream: list[bytes]) -> int:
     chars = 0
     buf = b""
     for chunk in stream:
-        buf = buf + chunk if buf else chunk
-        end = buf.rfind(b"\n\n")
-        if end < 0:
-            continue
-        done, buf = buf[: end + 2], buf[end + 2 :]
-        for event in done.split(b"\n\n"):
-            if event.startswith(b"data: ") and event != b"data: [DONE]":
-                chars += delta_text(orjson.loads(event[6:]))
+        _done, buf, n = parse_events(buf, chunk)
+        chars += n
     return chars
 
 
