@@ -151,16 +151,20 @@ async def test_stall_in_shadow_mode_leaves_the_stream_open(make_stack: StackFact
     (as it would on vLLM directly), with no error, no [DONE] and nothing cut upstream."""
     stack = await make_stack(detectors={"stall_seconds": 0.3})
     headers = {"X-Sim-Fault": "stall-mid-stream", "X-Runaway-Mode": "shadow"}
-    data = b""
+    received = bytearray()  # filled chunk by chunk, so it survives the timeout
+
+    async def read_all(r: aiohttp.ClientResponse) -> None:
+        async for chunk in r.content.iter_any():
+            received.extend(chunk)
+
     async with aiohttp.ClientSession() as s, s.post(
         stack.url + "/v1/chat/completions", json={**BODY, "stream": True}, headers=headers
     ) as r:
         assert r.status == 200
         with pytest.raises(TimeoutError):
-            async with asyncio.timeout(1.5):  # five stall windows
-                async for chunk in r.content.iter_any():
-                    data += chunk
+            await asyncio.wait_for(read_all(r), 1.5)  # five stall windows
         assert await stack.sim_metric("vllm:num_requests_running") == 1
+    data = bytes(received)
     assert data.count(b"data: {") >= 3
     assert b"[DONE]" not in data
     assert b"error" not in data
