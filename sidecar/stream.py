@@ -35,9 +35,11 @@ class MalformedChunk(ValueError):
     """An SSE data payload that is not a JSON object of the expected shape."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class TextDelta:
-    """Text generated for choice ``index`` on ``channel``, worth ``tokens`` tokens."""
+    """Text generated for choice ``index`` on ``channel``, worth ``tokens`` tokens.
+
+    Read-only by contract but not ``frozen``, like ``SSEEvent``: one is made per token."""
 
     index: int
     channel: Channel
