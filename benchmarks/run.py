@@ -14,7 +14,8 @@ Suites:
 
 - ``paced``: C streams at ``rate`` tok/s each (``--rate 0``: saturation) through each
   configuration (direct to the simulator, bare pass-through, bare parsing proxy, sidecar
-  shadow, sidecar enforce, optionally LiteLLM), in the order A B C ... A B C ... for
+  shadow, sidecar enforce, optionally LiteLLM; ``off``: the sidecar with ``--mode off``,
+  its plain pass-through path), in the order A B C ... A B C ... for
   ``reps`` repetitions. Per run: the proxy's CPU seconds per 1,000 chunks (its
   ``/proc`` CPU time delta over the run divided by the chunks the client received),
   throughput, inter-chunk gap and lateness percentiles, errors. Table: medians.
@@ -64,7 +65,7 @@ def _setup(upstream: Proc, names: list[str], litellm: Path | None,
     for name in names:
         if name in ("passthrough", "parsing"):
             out.append(procs.floor(name, upstream.url))
-        elif name in ("shadow", "enforce"):
+        elif name in ("off", "shadow", "enforce"):
             out.append(procs.sidecar(name, upstream.url, name))
         elif name.endswith("-base"):
             assert baseline is not None
