@@ -55,8 +55,7 @@ class SSEDecoder:
     def feed(self, chunk: bytes) -> list[SSEEvent]:
         """Add bytes; return the events they complete. Raises ``SSEError`` when a single
         event exceeds ``max_event_bytes``."""
-        if (not self._buf and not self._crlf and chunk.startswith(b"data: ")
-                and chunk.find(b"\n", 6) == len(chunk) - 2 and chunk.endswith(b"\n\n")
+        if (not self._buf and not self._crlf and _single_data_line(chunk)
                 and b"\r" not in chunk):
             # Fast path: at a paced load each read is one whole LF-framed single-line
             # ``data:`` event; it becomes its own ``raw`` without a copy.
@@ -105,9 +104,15 @@ class SSEDecoder:
         return events, buf[pos:]
 
 
+def _single_data_line(raw: bytes) -> bool:
+    """Whether ``raw`` is exactly one ``data: ...\n\n`` event of one line (LF framing)."""
+    return raw.startswith(b"data: ") and raw.find(b"\n", 6) == len(raw) - 2 and raw.endswith(
+        b"\n\n")
+
+
 def _parse(raw: bytes, *, lf_only: bool) -> SSEEvent:
     # Fast path: the overwhelmingly common single-line ``data: {...}\n\n`` event.
-    if lf_only and raw.startswith(b"data: ") and raw.find(b"\n", 6) == len(raw) - 2:
+    if lf_only and _single_data_line(raw):
         return SSEEvent(raw, raw[6:-2])
     lines = raw.split(b"\n") if lf_only else _LINE_SPLIT.split(raw)
     data: list[bytes] = []
