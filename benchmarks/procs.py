@@ -135,13 +135,14 @@ def floor(kind: str, upstream: str) -> Proc:
 
 
 def sidecar(name: str, upstream: str, mode: str, workers: int = 1,
-            root: Path = ROOT) -> Proc:
-    """``serve`` from the package in ``root`` (another checkout: a before/after run)."""
+            root: Path = ROOT, extra: tuple[str, ...] = ()) -> Proc:
+    """``serve`` from the package in ``root`` (another checkout: a before/after run),
+    with ``extra`` command-line options."""
     port = free_port()
     proc = Proc(name, [PYTHON, "-m", "sidecar", "serve", "--upstream", upstream,
                        "--listen", f"127.0.0.1:{port}",
                        "--metrics-listen", f"127.0.0.1:{free_port()}",
-                       "--mode", mode, "--workers", str(workers)], port)
+                       "--mode", mode, "--workers", str(workers), *extra], port)
     proc.cwd = root
     return proc
 

@@ -15,7 +15,8 @@ Suites:
 - ``paced``: C streams at ``rate`` tok/s each (``--rate 0``: saturation) through each
   configuration (direct to the simulator, bare pass-through, bare parsing proxy, sidecar
   shadow, sidecar enforce, optionally LiteLLM; ``off``: the sidecar with ``--mode off``,
-  its plain pass-through path), in the order A B C ... A B C ... for
+  its plain pass-through path; ``enforce-notext``: enforce without the text detectors),
+  in the order A B C ... A B C ... for
   ``reps`` repetitions. Per run: the proxy's CPU seconds per 1,000 chunks (its
   ``/proc`` CPU time delta over the run divided by the chunks the client received),
   throughput, inter-chunk gap and lateness percentiles, errors. Table: medians.
@@ -55,6 +56,10 @@ from benchmarks.loadgen import LoadSpec, install_uvloop, run_load
 from benchmarks.procs import Proc, cpu_seconds, rss_bytes, running
 
 CONFIGS = ("direct", "passthrough", "parsing", "shadow", "enforce")
+#: ``enforce-notext``: enforce with the text detectors switched off (budgets and stall
+#: stay), to split the sidecar's cost into the watching and the text analysis.
+NO_TEXT = ("--detectors.recurrence-enabled", "false", "--detectors.periodic-enabled", "false",
+           "--detectors.degeneration-enabled", "false")
 LITELLM_KEY = "sk-bench-" + secrets.token_hex(16)  # LiteLLM refuses to start without one
 
 
@@ -67,6 +72,8 @@ def _setup(upstream: Proc, names: list[str], litellm: Path | None,
             out.append(procs.floor(name, upstream.url))
         elif name in ("off", "shadow", "enforce"):
             out.append(procs.sidecar(name, upstream.url, name))
+        elif name == "enforce-notext":
+            out.append(procs.sidecar(name, upstream.url, "enforce", extra=NO_TEXT))
         elif name.endswith("-base"):
             assert baseline is not None
             out.append(procs.sidecar(name, upstream.url, name.removesuffix("-base"),
