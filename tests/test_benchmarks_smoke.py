@@ -11,6 +11,7 @@ from aiohttp.test_utils import TestServer
 
 from benchmarks.floor import make_app as make_floor_app
 from benchmarks.loadgen import LoadResult, LoadSpec, percentile, run_load
+from benchmarks.separation import copied, hedging, stalled_vocabulary
 from tests.stack import Stack, start_stack, stop_stack
 
 FIELDS = {
@@ -67,3 +68,21 @@ def test_percentile_nearest_rank() -> None:
     assert percentile(values, 50) == 5.0
     assert percentile(values, 99) == 10.0
     assert math.isnan(percentile([], 50))
+
+
+def test_separation_copied_signal_grows_on_repeats_only() -> None:
+    """The copied-shingle evidence stays at 0 on fresh text and grows on a repeated one."""
+    fresh = " ".join(f"word{i}" for i in range(3000))
+    paragraph = "Suppose A is a knight, then B is a knave, so A lied, which is a contradiction. "
+    assert copied(fresh, 4, 0.5) == 0.0
+    assert copied(paragraph * 120, 4, 0.5) > 10.0  # ~37 blocks, each adding ~0.5
+
+
+def test_separation_vocabulary_and_hedging_scores() -> None:
+    """Too-short texts have no score; a text of one repeated hedge scores at the top."""
+    assert stalled_vocabulary("a few words only") is None
+    assert hedging("wait " * 100) is None
+    assert hedging("wait " * 2000) == 100.0
+    stalled = stalled_vocabulary("wait hmm maybe " * 4000)
+    assert stalled is not None
+    assert stalled > 0.99
