@@ -277,7 +277,7 @@ async def memory(args: argparse.Namespace) -> dict[str, Any]:
     sim = procs.simulator("simulator", 200.0)
     out: dict[str, Any] = {}
     with running([sim], args.logs):
-        proxies = _setup(sim, names, None)
+        proxies = _setup(sim, names, None, args.baseline)
         with running(proxies, args.logs):
             for proxy in proxies:
                 # Warm up with the same kind of streams, so the growth is per stream.

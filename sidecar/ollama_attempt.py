@@ -44,7 +44,8 @@ class OllamaAttempt(WatchedAttempt):
     ) -> None:
         super().__init__(number=number, detectors=detectors, started_at=started_at, head=head,
                          earlier=earlier if earlier is not None else Totals(),
-                         stop_on_verdict=stop_on_verdict)
+                         stop_on_verdict=stop_on_verdict,
+                         keep_reasoning=False)  # the native API has no salvage step
         self.kind = kind
         self._exchange_started = exchange_started
         self._decoder = NDJSONDecoder()

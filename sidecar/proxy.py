@@ -429,6 +429,7 @@ class Proxy:
                 client_usage=wants_usage(body),
                 client_continuous_usage=wants_continuous_usage(body),
                 stop_on_verdict=ex.mode in ("enforce", "cut"),
+                keep_reasoning=ex.mode == "enforce" and "salvage" in ladder,
             ) if ex.native is None else OllamaAttempt(
                 kind=ex.native, number=ex.attempts, detectors=detectors,
                 started_at=loop.time(), exchange_started=ex.started, head=head,

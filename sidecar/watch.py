@@ -108,8 +108,12 @@ class WatchedAttempt:
         earlier: Totals,
         stop_on_verdict: bool,
         index_map: dict[int, int] | None = None,
+        keep_reasoning: bool = True,
     ) -> None:
         self.number = number
+        # Keep each choice's reasoning (bounded) for a salvage reissue; without salvage
+        # in the ladder nothing reads it, and a long stream saves up to 32K characters.
+        self.keeps_reasoning = keep_reasoning
         self.head = head
         self.index_map = index_map or {}
         self.earlier = earlier
@@ -141,7 +145,8 @@ class WatchedAttempt:
         return sorted(self._client_index(i) for i, c in self.choices.items() if not c.finished)
 
     def reasoning_of(self, index: int) -> str:
-        """The (bounded) reasoning text seen for upstream choice ``index``."""
+        """The (bounded) reasoning text seen for upstream choice ``index`` ("" when the
+        attempt was made with ``keep_reasoning=False``)."""
         state = self.choices.get(index)
         return state.reasoning_text() if state else ""
 
@@ -191,7 +196,8 @@ class WatchedAttempt:
                 self.counted_tokens += item.tokens
                 if item.channel == "thinking":
                     state.thinking_tokens += item.tokens
-                    state.keep_reasoning(item.text)
+                    if self.keeps_reasoning:
+                        state.keep_reasoning(item.text)
                 else:
                     state.content_tokens += item.tokens
                     if self.first_content_at is None:
@@ -234,9 +240,11 @@ class Attempt(WatchedAttempt):
         hide_reasoning: bool = False,
         client_usage: bool = False,
         client_continuous_usage: bool = False,
+        keep_reasoning: bool = True,
     ) -> None:
         super().__init__(number=number, detectors=detectors, started_at=started_at, head=head,
-                         earlier=earlier, stop_on_verdict=stop_on_verdict, index_map=index_map)
+                         earlier=earlier, stop_on_verdict=stop_on_verdict, index_map=index_map,
+                         keep_reasoning=keep_reasoning)
         self.route = route
         self.reasoning_to_content = reasoning_to_content
         self.aggregator = aggregator

@@ -248,6 +248,25 @@ async def test_salvage_step_moves_continuation_to_content(make_stack: StackFacto
                         outcome="ok") == 1
 
 
+async def test_salvage_reissue_carries_the_cut_reasoning(make_stack: StackFactory) -> None:
+    """With salvage in the ladder the cut attempt keeps its reasoning, and the salvage
+    request sends it back: the node's prompt counter grows by the 100 reasoning tokens cut
+    by the budget (26 prompt tokens without them)."""
+    from sidecar.config import ReissueConfig
+
+    stack = await make_stack(reissue=ReissueConfig(ladder=("salvage",)))
+    async with aiohttp.ClientSession() as session, session.post(
+        stack.url + "/v1/chat/completions", headers={"X-Thinking-Budget": "100"},
+        json={"model": "sim-long-thinking", "stream": True, "max_tokens": 4000,
+              "messages": [{"role": "user", "content": "fix the bug"}]},
+    ) as resp:
+        assert resp.status == 200
+        assert b"data: [DONE]" in await resp.read()
+    assert stack.metric("runaway_sidecar_reissues_total", model="sim-long-thinking",
+                        step="salvage", outcome="ok") == 1
+    assert await stack.sim_metric("vllm:prompt_tokens_total") >= 100
+
+
 async def test_tool_request_reissued_with_tools(make_stack: StackFactory) -> None:
     """A request with tools is reissued with its tools and still answers."""
     stack = await make_stack()

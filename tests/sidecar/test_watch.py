@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import orjson
+
 from detectors import DetectorConfig, default_chain
-from sidecar.watch import MAX_KEPT_REASONING, ChoiceState
+from sidecar.watch import MAX_KEPT_REASONING, Attempt, ChoiceState
 
 
 def _state() -> ChoiceState:
@@ -29,3 +31,31 @@ def test_kept_reasoning_stops_at_the_cap() -> None:
     text = state.reasoning_text()
     assert MAX_KEPT_REASONING <= len(text) < MAX_KEPT_REASONING + 4
     assert text == "abcd" * (len(text) // 4)
+
+
+def _reasoning_stream(pieces: list[str]) -> bytes:
+    chunks = [
+        b"data: " + orjson.dumps({"id": "chatcmpl-1", "object": "chat.completion.chunk",
+                                  "created": 1, "model": "m", "choices": [{
+                                      "index": 0, "delta": {"reasoning": piece},
+                                      "finish_reason": None}]}) + b"\n\n"
+        for piece in pieces
+    ]
+    return b"".join(chunks)
+
+
+def test_attempt_keeps_reasoning_only_when_asked() -> None:
+    """An attempt made with ``keep_reasoning=False`` (no salvage step in the ladder) counts
+    and watches the reasoning but keeps none of it; the default keeps it for salvage."""
+    pieces = [f" step{i}" for i in range(300)]
+    stream = _reasoning_stream(pieces)
+    kept = Attempt(route="chat", number=0, detectors=DetectorConfig(), started_at=0.0)
+    dropped = Attempt(route="chat", number=0, detectors=DetectorConfig(), started_at=0.0,
+                      keep_reasoning=False)
+    for attempt in (kept, dropped):
+        assert attempt.feed(stream, 1.0) == stream
+        assert attempt.choices[0].thinking_tokens == len(pieces)
+        assert attempt.verdict is None
+    assert kept.reasoning_of(0) == "".join(pieces)
+    assert dropped.reasoning_of(0) == ""
+    assert dropped.choices[0].reasoning == []
