@@ -15,9 +15,11 @@ once the score gets there. Per signal it prints:
 
 Signals (all on the pseudo-tokens of :mod:`detectors.tokenize`, lower-cased):
 
-- ``copied kK dD``: the recurrence detector's accumulation rule with shingles of K tokens
-  (shorter shingles match paraphrase better), over 256-character blocks, a memory of the
-  last 8,192 shingles and a drift of D: ``S = max(0, S + copied share - D)``.
+- ``copied kK dD``: the recurrence detector's own accumulation (``RecurrenceAnalyzer``
+  fed by a ``Blocker``, as in the chain) with shingles of K tokens (shorter shingles match
+  paraphrase better), its default memory of 8,192 shingles and a drift of D:
+  ``S = max(0, S + copied share - D)`` per 256-character block; a final partial block is
+  not scored, as in the chain.
 - ``stalled vocabulary``: 1 minus the share of new word types among 2,000 words, at its
   lowest over three windows in a row (late in a long trace few words are new).
 - ``hedging``: "wait", "hmm", "alternatively", "maybe", "perhaps" per 100 words, over a
@@ -28,18 +30,17 @@ from __future__ import annotations
 
 import argparse
 import json
-from collections import Counter, deque
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from detectors import DetectorConfig
+from detectors.blocks import Blocker
+from detectors.recurrence import RecurrenceAnalyzer
 from detectors.replay import replay_record, split_stream
 from detectors.tokenize import TOKEN_RE
 
 TRACES = Path(__file__).resolve().parent.parent / "tests" / "data" / "traces"
-BLOCK = 256
-HISTORY = 8192
 HEDGES = frozenset({"wait", "hmm", "alternatively", "maybe", "perhaps"})
 
 
@@ -50,37 +51,17 @@ def reasoning(record: dict[str, Any]) -> str:
 
 
 def copied(text: str, k: int, drift: float) -> float:
-    """Largest accumulated copied-shingle evidence over the stream (see module docstring)."""
-    counts: Counter[int] = Counter()
-    ring: deque[int] = deque()
-    window: deque[str] = deque(maxlen=k)
-    score = top = 0.0
-    seen = total = 0
-    block_end = BLOCK
-
-    def close_block() -> None:
-        nonlocal score, top, seen, total
-        if total >= 8:
-            score = max(0.0, score + seen / total - drift)
-            top = max(top, score)
-        seen = total = 0
-
-    for m in TOKEN_RE.finditer(text.lower()):
-        while m.end() > block_end:
-            close_block()
-            block_end += BLOCK
-        window.append(m.group())
-        if len(window) < k:
-            continue
-        h = hash(tuple(window))
-        total += 1
-        if counts[h]:
-            seen += 1
-        counts[h] += 1
-        ring.append(h)
-        if len(ring) > HISTORY:
-            counts[ring.popleft()] -= 1
-    close_block()
+    """Largest accumulated copied-shingle evidence over the stream: the recurrence
+    detector itself, with ``k``-token shingles and ``drift``, its rules never firing."""
+    d = DetectorConfig()
+    analyzer = RecurrenceAnalyzer(k, d.recurrence_history, d.recurrence_min_seen,
+                                  d.recurrence_window_blocks, threshold=2.0, drift=drift,
+                                  evidence=float("inf"),
+                                  code_min_seen=d.recurrence_code_min_seen)
+    top = 0.0
+    for block in Blocker().push(text) or ():
+        analyzer.analyze(block)
+        top = max(top, analyzer.evidence)
     return top
 
 
