@@ -122,10 +122,11 @@ class Proc:
             self.popen.wait(5)
 
 
-def simulator(name: str, rate: float) -> Proc:
+def simulator(name: str, rate: float, extra: tuple[str, ...] = ()) -> Proc:
+    """``simulate`` at ``rate`` tokens per second, with ``extra`` command-line options."""
     port = free_port()
     return Proc(name, [PYTHON, "-m", "sidecar", "simulate", "--listen", f"127.0.0.1:{port}",
-                       "--tokens-per-second", str(rate)], port)
+                       "--tokens-per-second", str(rate), *extra], port)
 
 
 def floor(kind: str, upstream: str) -> Proc:

@@ -226,17 +226,45 @@ async def ttfb(args: argparse.Namespace) -> dict[str, Any]:
 _STALL_TOKENS = 24  # what sim-stall sends before it goes silent
 
 
+#: Answer tokens a stream gets (``memory --answer``) before it goes idle: about 800
+#: characters, past the content channel's first 256-character block.
+_ANSWER_TOKENS = 200
+
+
+def _answer_trace(reasoning_tokens: int) -> tuple[str, int]:
+    """A replay trace (JSONL line) of at least ``reasoning_tokens`` tokens of the packaged
+    healthy reasoning followed by a long answer, and the token events after which to stall
+    so a stream is idle :data:`_ANSWER_TOKENS` tokens into its answer."""
+    from sidecar.simulator.behaviours import healthy_traces
+    from sidecar.simulator.tokenizer import tokenize
+
+    traces = healthy_traces()
+    reasoning = ""
+    while len(tokenize(reasoning)) < reasoning_tokens:
+        reasoning += "".join(t.reasoning or "" for t in traces)
+    reasoning = "".join(tokenize(reasoning)[:reasoning_tokens])
+    answer = "\n\n".join(t.content for t in traces)
+    text = f"<think>\n{reasoning}\n</think>\n\n{answer}"
+    line = json.dumps({"id": "memory-answer", "text": text})
+    return line, len(tokenize(f"\n{reasoning}\n")) + _ANSWER_TOKENS
+
+
 async def _hold_idle(url: str, n: int, tokens: int, settle: float,
-                     measure: Callable[[], int]) -> tuple[int, int]:
+                     measure: Callable[[], int], *, answer: bool = False) -> tuple[int, int]:
     """Open ``n`` streams that go silent after ``tokens`` token events (sim-stall for 24,
-    otherwise sim-long-thinking with a stall-mid-stream fault), wait until each saw them and
-    ``settle`` seconds passed, return (streams held, measure()) and close them."""
+    sim-replay of :func:`_answer_trace` with ``answer``, otherwise sim-long-thinking; with
+    a stall-mid-stream fault), wait until each saw them and ``settle`` seconds passed,
+    return (streams held, measure()) and close them."""
     seen = [0]
     ready = asyncio.Event()
     release = asyncio.Event()
     headers = {"Content-Type": "application/json"}
-    if tokens == _STALL_TOKENS:
-        body: dict[str, Any] = {"model": "sim-stall", "stream": True, "max_tokens": 4096}
+    if answer:
+        body: dict[str, Any] = {"model": "sim-replay", "stream": True,
+                                "max_tokens": tokens + 4096}
+        headers |= {"X-Sim-Fault": "stall-mid-stream", "X-Sim-Fault-After": str(tokens)}
+    elif tokens == _STALL_TOKENS:
+        body = {"model": "sim-stall", "stream": True, "max_tokens": 4096}
     else:
         body = {"model": "sim-long-thinking", "stream": True, "max_tokens": tokens + 4096}
         headers |= {"X-Sim-Fault": "stall-mid-stream", "X-Sim-Fault-After": str(tokens)}
@@ -274,19 +302,27 @@ async def _hold_idle(url: str, n: int, tokens: int, settle: float,
 async def memory(args: argparse.Namespace) -> dict[str, Any]:
     chosen = args.configs if args.configs != ",".join(CONFIGS) else "parsing,enforce"
     names = [n for n in chosen.split(",") if n != "direct"]
-    sim = procs.simulator("simulator", 200.0)
+    tokens = args.tokens
+    extra: tuple[str, ...] = ()
+    if args.answer:
+        line, tokens = _answer_trace(args.tokens)
+        replay = Path(tempfile.mkdtemp(prefix="memory-answer-")) / "answer.jsonl"
+        replay.write_text(line + "\n", encoding="utf-8")
+        extra = ("--replay", str(replay))
+    sim = procs.simulator("simulator", 200.0, extra)
     out: dict[str, Any] = {}
     with running([sim], args.logs):
         proxies = _setup(sim, names, None, args.baseline)
         with running(proxies, args.logs):
             for proxy in proxies:
                 # Warm up with the same kind of streams, so the growth is per stream.
-                await _hold_idle(proxy.url, args.streams // 10, args.tokens, 0.5,
-                                 lambda: 0)
+                await _hold_idle(proxy.url, args.streams // 10, tokens, 0.5,
+                                 lambda: 0, answer=args.answer)
                 await asyncio.sleep(1.0)
                 before = rss_bytes(proxy.pid)
-                held, after = await _hold_idle(proxy.url, args.streams, args.tokens, 1.0,
-                                               functools.partial(rss_bytes, proxy.pid))
+                held, after = await _hold_idle(proxy.url, args.streams, tokens, 1.0,
+                                               functools.partial(rss_bytes, proxy.pid),
+                                               answer=args.answer)
                 per = (after - before) / max(1, held)
                 out[proxy.name] = {"streams": held, "rss_before": before, "rss_after": after,
                                    "bytes_per_stream": per}
@@ -368,6 +404,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--streams", type=int, default=1000)
     p.add_argument("--tokens", type=int, default=_STALL_TOKENS,
                    help="token events each stream gets before it goes idle (default 24)")
+    p.add_argument("--answer", action="store_true",
+                   help=f"streams go idle {_ANSWER_TOKENS} tokens into their answer, after "
+                        "--tokens tokens of reasoning (the answer phase of a stream)")
     p.set_defaults(func=memory)
     p = sub.add_parser("workers", parents=[common])
     p.add_argument("--loads", default="128,256,384,512,640")

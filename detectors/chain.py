@@ -82,11 +82,17 @@ class Chain:
 
     After the first verdict the chain is latched: ``feed`` and ``tick`` return None and the
     verdict stays available as :attr:`verdict`. ``at_token``/``at_char`` count all channels.
+
+    Memory: each channel's text detectors allocate their state with the channel's first
+    256-character block. Once the content channel has one (the answer has begun), the
+    thinking channel's state is released, so a stream holds one channel's tables at a time.
     """
 
     __slots__ = (
+        "_answered",
         "_content",
         "_content_factories",
+        "_factories",
         "_last_channel",
         "_seconds_budget",
         "_stall",
@@ -103,7 +109,10 @@ class Chain:
     def __init__(self, config: DetectorConfig, started_at: float = 0.0) -> None:
         self.name = "chain"
         factories = text_analyzers(config)
+        self._factories = factories
         self._thinking = _Stream(factories)
+        # Set once the content channel has produced its first block (see ``feed``).
+        self._answered = False
         # Built on the first content delta: most of a reasoning stream never needs its tables.
         self._content: _Stream | None = None
         self._content_factories = factories if config.content_enabled else []
@@ -166,6 +175,13 @@ class Chain:
         blocks = blocker.push(text)
         if blocks is None:
             return None
+        if not self._answered and stream is self._content:
+            # The answer has begun: 256 characters of content, not a line break before a
+            # <think>. Thinking does not come back after the answer with the reasoning
+            # parsers, so its detectors' state (up to 48 KiB of recurrence tables) is
+            # released; thinking that does come back starts from fresh state.
+            self._answered = True
+            self._thinking = _Stream(self._factories)
         for block in blocks:
             for name, analyzer in stream.analyzers:
                 found = analyzer.analyze(block)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import AsyncIterator
 from dataclasses import asdict
@@ -11,6 +12,7 @@ from aiohttp.test_utils import TestServer
 
 from benchmarks.floor import make_app as make_floor_app
 from benchmarks.loadgen import LoadResult, LoadSpec, percentile, run_load
+from benchmarks.run import _ANSWER_TOKENS, _answer_trace
 from benchmarks.separation import copied, hedging, stalled_vocabulary
 from tests.stack import Stack, start_stack, stop_stack
 
@@ -86,3 +88,20 @@ def test_separation_vocabulary_and_hedging_scores() -> None:
     stalled = stalled_vocabulary("wait hmm maybe " * 4000)
     assert stalled is not None
     assert stalled > 0.99
+
+
+def test_memory_answer_trace_stalls_inside_the_answer() -> None:
+    """``memory --answer``: the replay trace has the asked reasoning, and the stall point
+    lies past the reasoning, with the whole content channel block still to come."""
+    from sidecar.simulator.behaviours import split_trace
+    from sidecar.simulator.tokenizer import tokenize
+
+    line, stall_after = _answer_trace(500)
+    trace = split_trace("t", json.loads(line)["text"])
+    assert trace.reasoning is not None and trace.closed
+    reasoning_tokens = len(tokenize(trace.reasoning))
+    assert 500 <= reasoning_tokens <= 503
+    assert stall_after == reasoning_tokens + _ANSWER_TOKENS
+    answer_before_stall = "".join(tokenize(trace.content)[:_ANSWER_TOKENS])
+    assert len(answer_before_stall) > 256
+    assert len(tokenize(trace.content)) > 2 * _ANSWER_TOKENS

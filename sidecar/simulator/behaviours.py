@@ -124,9 +124,10 @@ def load_traces(lines: Sequence[str]) -> list[Trace]:
     return traces
 
 
-def _healthy_lines() -> list[str]:
+def healthy_traces() -> list[Trace]:
+    """The packaged healthy traces ``sim-healthy`` and ``sim-long-thinking`` stream."""
     data = resources.files("sidecar.simulator").joinpath("data/healthy_traces.jsonl")
-    return data.read_text(encoding="utf-8").splitlines()
+    return load_traces(data.read_text(encoding="utf-8").splitlines())
 
 
 def first_sentence(text: str, limit: int = 240) -> str:
@@ -179,7 +180,7 @@ class Behaviours:
     ) -> None:
         self._seed = seed
         self._served = served_model_name
-        self._healthy = load_traces(_healthy_lines())
+        self._healthy = healthy_traces()
         self._replay: list[Trace] = []
         if replay_file is not None:
             self._replay = load_traces(replay_file.read_text(encoding="utf-8").splitlines())

@@ -6,11 +6,12 @@ import tracemalloc
 
 from detector_helpers import feed_text, load
 
-from detectors import DetectorConfig
+from detectors import Channel, DetectorConfig, Verdict
 from detectors.blocks import Blocker
-from detectors.chain import default_chain, text_analyzers
+from detectors.chain import Chain, default_chain, text_analyzers
 from detectors.recurrence import RecurrenceAnalyzer
 from detectors.replay import split_stream
+from detectors.tokenize import split_deltas
 
 
 def _reasoning(index: int) -> str:
@@ -119,3 +120,57 @@ def test_chain_allocates_recurrence_tables_only_once_text_arrives() -> None:
     tracemalloc.stop()
     assert young < 16 * 1024, young
     assert grown - young >= 48 * 1024, (young, grown)
+
+
+def _feed(chain: Chain, channel: Channel, text: str) -> Verdict | None:
+    for piece in split_deltas(text):
+        verdict = chain.feed(channel, piece, 1, 0.0)
+        if verdict is not None:
+            return verdict
+    return None
+
+
+def test_chain_releases_thinking_state_once_the_answer_begins() -> None:
+    """The answer's first 256-character block releases the thinking channel's tables, so a
+    stream in its answer holds one channel's tables, not two."""
+    thinking = _reasoning(32)[:4000]
+    answer = _reasoning(31)[:600]
+    tracemalloc.start()
+    base = tracemalloc.get_traced_memory()[0]
+    chain = default_chain(DetectorConfig())
+    assert _feed(chain, "thinking", thinking) is None
+    thought = tracemalloc.get_traced_memory()[0] - base
+    assert _feed(chain, "content", answer) is None
+    answering = tracemalloc.get_traced_memory()[0] - base
+    tracemalloc.stop()
+    assert thought >= 48 * 1024, thought
+    # The content channel's own tables replace the thinking ones: no second 48 KiB.
+    assert answering < thought + 16 * 1024, (thought, answering)
+
+
+def test_short_content_before_thinking_keeps_the_thinking_state() -> None:
+    """A line break of content before ``<think>`` is not an answer: a loop whose copies
+    straddle it fires exactly where it fires without it."""
+    paragraph = _reasoning(31)[:700]
+    loop = paragraph * 5
+    plain = default_chain(DetectorConfig())
+    expected = _feed(plain, "thinking", loop)
+    assert expected is not None
+    split = default_chain(DetectorConfig())
+    assert _feed(split, "thinking", paragraph) is None
+    assert _feed(split, "content", "\n\n") is None
+    got = _feed(split, "thinking", loop[len(paragraph):])
+    assert got is not None
+    assert (got.detector, got.channel, got.at_char - 2) == (
+        expected.detector, expected.channel, expected.at_char)
+
+
+def test_thinking_after_the_answer_starts_fresh_and_is_still_watched() -> None:
+    """Thinking that comes back after the answer began is watched from fresh state: a
+    loop there still fires."""
+    chain = default_chain(DetectorConfig())
+    assert _feed(chain, "thinking", _reasoning(32)[:3000]) is None
+    assert _feed(chain, "content", _reasoning(31)[:600]) is None
+    verdict = _feed(chain, "thinking", _reasoning(30)[:700] * 6)
+    assert verdict is not None
+    assert verdict.channel == "thinking"
