@@ -170,6 +170,8 @@ class Chain:
             if self._content is None:
                 self._content = _Stream(self._content_factories)
             stream = self._content
+        if not stream.analyzers:  # no text detector watches this channel: nothing to cut
+            return None
         blocker = stream.blocker
         base = blocker.chars
         blocks = blocker.push(text)

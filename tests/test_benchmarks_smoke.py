@@ -98,7 +98,8 @@ def test_memory_answer_trace_stalls_inside_the_answer() -> None:
 
     line, stall_after = _answer_trace(500)
     trace = split_trace("t", json.loads(line)["text"])
-    assert trace.reasoning is not None and trace.closed
+    assert trace.reasoning is not None
+    assert trace.closed
     reasoning_tokens = len(tokenize(trace.reasoning))
     assert 500 <= reasoning_tokens <= 503
     assert stall_after == reasoning_tokens + _ANSWER_TOKENS

@@ -174,3 +174,21 @@ def test_thinking_after_the_answer_starts_fresh_and_is_still_watched() -> None:
     verdict = _feed(chain, "thinking", _reasoning(30)[:700] * 6)
     assert verdict is not None
     assert verdict.channel == "thinking"
+
+
+def test_a_channel_without_text_detectors_keeps_no_text() -> None:
+    """With ``content_enabled = false`` the content channel is only counted: no blocks are
+    cut, no tail is kept, whatever the answer's length."""
+    chain = default_chain(DetectorConfig(content_enabled=False))
+    assert _feed(chain, "thinking", _reasoning(32)[:300]) is None
+    answer = _reasoning(31)[:20000]
+    pieces = split_deltas(answer)
+    tracemalloc.start()
+    base = tracemalloc.get_traced_memory()[0]
+    for piece in pieces:
+        assert chain.feed("content", piece, 1, 0.0) is None
+    grown = tracemalloc.get_traced_memory()[0] - base
+    tracemalloc.stop()
+    # The channel's counters and an empty blocker, not the answer's last 8 KiB.
+    assert grown < 2048, grown
+    assert chain.chars == 300 + len(answer)
