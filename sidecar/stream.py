@@ -14,6 +14,11 @@ index (``n>1`` is tracked per choice):
 Token counts come from cumulative ``usage`` on every chunk when the server sends it
 (``continuous_usage_stats``); otherwise each chunk that carries text counts as one token,
 which is what vLLM sends with the default ``stream_interval`` of 1.
+
+Most chunks of a stream differ only in a few characters of text. With ``templates=True``
+the model learns such a chunk's bytes around its text, proves them by parsing a variant,
+and then parses only the text string of a payload with the same bytes around it (see
+``StreamModel``). The events are the same either way; only the parse is cheaper.
 """
 
 from __future__ import annotations
@@ -155,22 +160,87 @@ class _Choice:
         self.saw_reasoning = False
 
 
+#: Text keys a template can stand for, and the channel each one feeds directly (None:
+#: content, which goes through the choice's ``<think>`` tag splitter).
+_TEMPLATE_KEYS: dict[str, Channel | None] = {
+    "reasoning": THINKING, "reasoning_content": THINKING, "content": None, "text": None}
+_MAX_TEMPLATES = 4  # one per (choice, key) in use: n=2 streams switch between four
+_MAX_FRUITLESS = 4  # templates dropped without a single hit before learning stops
+
+
+class _Template:
+    """The bytes around the one text value of a chunk shape that repeats.
+
+    Learned from a chunk parsed in full, and proven there: the chunk with its text value
+    replaced parses to the same object with only that value changed. So a payload that is
+    ``prefix`` + one JSON string + ``suffix`` is that chunk with another text, and only
+    the string needs parsing."""
+
+    __slots__ = ("channel", "hits", "index", "prefix", "suffix")
+
+    def __init__(self, prefix: bytes, suffix: bytes, index: int, channel: Channel | None) -> None:
+        self.prefix = prefix
+        self.suffix = suffix
+        self.index = index
+        self.channel = channel
+        self.hits = 0
+
+
+def _string_end(data: bytes, start: int) -> int:
+    """The offset just past the JSON string that opens at ``data[start]`` (a quote), or -1."""
+    pos = start + 1
+    while True:
+        pos = data.find(b'"', pos)
+        if pos < 0:
+            return -1
+        slashes = 0
+        while data[pos - 1 - slashes] == 0x5C:  # backslash
+            slashes += 1
+        if slashes % 2 == 0:
+            return pos + 1
+        pos += 1
+
+
 class StreamModel:
     """Turns the data payloads of one upstream stream into ``StreamEvent``s.
 
     ``chunk`` holds the last parsed JSON object (or None for ``[DONE]``), so callers
     that need more of it (ids, aggregation) do not parse again.
+
+    With ``templates=True`` the model learns the shape of the chunks that carry one
+    choice's text and nothing else (most of a stream: the same id, model and fields, a
+    different few characters), and for a payload of a learned shape parses only its text
+    string. The events are the same as from a full parse; ``chunk`` is then not updated
+    (it keeps the last chunk parsed in full), so only callers that forward the upstream
+    bytes as they are, without reading ``chunk``, should ask for it.
     """
 
-    __slots__ = ("_choices", "_in_think", "_last_completion", "_usage_seen", "chunk", "route")
+    __slots__ = ("_choices", "_dropped_hits", "_fruitless", "_in_think", "_last_completion",
+                 "_templates", "_usage_seen", "chunk", "route")
 
-    def __init__(self, route: Route, *, starts_in_thinking: bool = False) -> None:
+    def __init__(self, route: Route, *, starts_in_thinking: bool = False,
+                 templates: bool = False) -> None:
         self.route = route
         self.chunk: dict[str, Any] | None = None
         self._choices: dict[int, _Choice] = {}
         self._in_think = starts_in_thinking
         self._usage_seen = False
         self._last_completion = 0
+        self._templates: list[_Template] = []
+        # Templates dropped without a hit; learning stops at _MAX_FRUITLESS (None: off).
+        self._fruitless: int | None = 0 if templates else None
+        self._dropped_hits = 0
+
+    @property
+    def templated(self) -> int:
+        """How many payloads were read through a learned template (not parsed in full)."""
+        return self._dropped_hits + sum(t.hits for t in self._templates)
+
+    @property
+    def learning(self) -> bool:
+        """Whether chunks parsed in full may still become templates (``templates=True``,
+        and fewer than four templates were dropped without ever being used)."""
+        return self._fruitless is not None and self._fruitless < _MAX_FRUITLESS
 
     def feed(self, data: bytes) -> list[StreamEvent]:
         """Parse one event payload. Raises ``MalformedChunk`` for anything that is not
@@ -178,6 +248,20 @@ class StreamModel:
         if data == b"[DONE]":
             self.chunk = None
             return [DONE]
+        for template in self._templates:
+            prefix, suffix = template.prefix, template.suffix
+            if data.startswith(prefix) and data.endswith(suffix):
+                end = len(data) - len(suffix)
+                if end - len(prefix) < 3:  # the shortest non-empty string, '"x"'
+                    break
+                try:
+                    text = orjson.loads(data[len(prefix) : end])
+                except orjson.JSONDecodeError:
+                    break  # not one string: parse it all, which reports what is wrong
+                if type(text) is not str:
+                    break
+                template.hits += 1
+                return self._templated(template, text)
         try:
             obj = orjson.loads(data)
         except orjson.JSONDecodeError as exc:
@@ -200,6 +284,8 @@ class StreamModel:
             left = self._choice(choice, 1 if tokens < 0 else tokens, events)
             if tokens >= 0:
                 tokens = left
+        if usage is None and len(choices) == 1 and self.learning:
+            self._learn(data, obj, choices[0])
         return events
 
     def inline_open(self, index: int) -> bool:
@@ -214,6 +300,61 @@ class StreamModel:
             for channel, text in state.splitter.flush():
                 events.append(TextDelta(index, channel, text, 0))
         return events
+
+    def _templated(self, template: _Template, text: str) -> list[StreamEvent]:
+        """The events of a payload of ``template``'s shape whose text is ``text``: what
+        ``_choice`` makes of that chunk, without the dictionaries."""
+        index = template.index
+        state = self._choices[index]
+        if template.channel is THINKING:
+            state.saw_reasoning = True
+            return [TextDelta(index, THINKING, text, 1)]
+        events: list[StreamEvent] = []
+        self._inline(state, index, text, 1, events)
+        return events
+
+    def _learn(self, data: bytes, obj: dict[str, Any], choice: dict[str, Any]) -> None:
+        """Keep ``data``'s shape as a template when its one choice carries one non-empty
+        text value and nothing else this model reads (no usage, tool calls or finish)."""
+        if self.route == "chat":
+            holder = choice.get("delta")
+            if not isinstance(holder, dict) or len(holder) != 1:
+                return
+        else:
+            holder = choice
+        key = next((k for k in _TEMPLATE_KEYS if k in holder), None)
+        text = holder.get(key) if key is not None else None
+        if (key is None or (key == "text") != (self.route != "chat")
+                or not isinstance(text, str) or not text
+                or choice.get("finish_reason") is not None):
+            return
+        at = data.rfind(b'"' + key.encode() + b'"')
+        start = data.find(b'"', at + len(key) + 2) if at >= 0 else -1
+        end = _string_end(data, start) if start >= 0 else -1
+        if end < 0:
+            return
+        prefix, suffix = data[:start], data[end:]
+        probe_text = "q" if text != "q" else "z"
+        try:  # the proof: another text in that place changes that value and nothing else
+            probe = orjson.loads(prefix + b'"' + probe_text.encode() + b'"' + suffix)
+            probe_choice = probe["choices"][0]
+            probe_holder = probe_choice["delta"] if self.route == "chat" else probe_choice
+            if probe_holder[key] != probe_text:
+                return
+            probe_holder[key] = text
+        except (orjson.JSONDecodeError, KeyError, IndexError, TypeError):
+            return
+        if probe != obj:
+            return
+        templates = self._templates
+        if len(templates) >= _MAX_TEMPLATES:
+            dropped = templates.pop()
+            self._dropped_hits += dropped.hits
+            if not dropped.hits:
+                assert self._fruitless is not None
+                self._fruitless += 1
+        templates.insert(0, _Template(prefix, suffix, choice.get("index", 0),
+                                      _TEMPLATE_KEYS[key]))
 
     def _tokens_from_usage(self, usage: Any, has_choices: bool, events: list[StreamEvent]) -> int:
         """Tokens to credit to this chunk's text: the growth of cumulative usage, or -1

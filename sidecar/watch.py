@@ -255,7 +255,11 @@ class Attempt(WatchedAttempt):
         self.client_usage = client_usage
         self.client_continuous_usage = client_continuous_usage
         self._decoder = SSEDecoder()
-        self._model = StreamModel(route)
+        # Forwarded verbatim (a first attempt to a streaming client that sees reasoning):
+        # nothing reads the parsed chunk after its head, so the model may skip parsing
+        # all of a chunk whose shape it has learned.
+        self._verbatim = number == 0 and aggregator is None and not hide_reasoning
+        self._model = StreamModel(route, templates=self._verbatim)
 
     # -- feeding -------------------------------------------------------------------
 
@@ -271,7 +275,7 @@ class Attempt(WatchedAttempt):
     def _events(self, events: list[SSEEvent], now: float) -> bytes:
         # Runs once per upstream read: the common case (a first attempt to a streaming
         # client) forwards each event's original bytes without asking ``_bytes_for``.
-        verbatim = self.number == 0 and self.aggregator is None and not self.hide_reasoning
+        verbatim = self._verbatim
         model = self._model
         out: list[bytes] = []
         for ev in events:

@@ -71,19 +71,31 @@ def check_sse(data: bytes, cuts: Sequence[int], max_event_bytes: int = 1 << 20) 
     return len(events)
 
 
+def _stream_outcome(model: StreamModel, data: bytes) -> list[Any] | str:
+    """The events ``model`` makes of ``data``, or the ``MalformedChunk`` message."""
+    try:
+        return list(model.feed(data))
+    except MalformedChunk as exc:
+        return str(exc)
+
+
 def check_stream_model(route: Route, payloads: Sequence[bytes], thinking: bool = False) -> int:
-    """``StreamModel.feed`` raises only ``MalformedChunk`` and ``flush`` nothing; returns
-    the number of events."""
+    """``StreamModel.feed`` raises only ``MalformedChunk`` and ``flush`` nothing, and a
+    model with templates gives the same events and errors as one without; returns the
+    number of events."""
     model = StreamModel(route, starts_in_thinking=thinking)
+    fast = StreamModel(route, starts_in_thinking=thinking, templates=True)
     count = 0
     for data in payloads:
-        try:
-            count += len(model.feed(data))
-        except MalformedChunk:
-            continue
-    count += len(model.flush())
+        outcome = _stream_outcome(model, data)
+        assert _stream_outcome(fast, data) == outcome
+        if isinstance(outcome, list):
+            count += len(outcome)
+    flushed = model.flush()
+    assert fast.flush() == flushed
+    count += len(flushed)
     for index in (0, 1, -1):
-        model.inline_open(index)
+        assert fast.inline_open(index) == model.inline_open(index)
     return count
 
 

@@ -156,3 +156,100 @@ def test_splitter_independent_of_chunking(parts: list[str], cuts: list[int]) -> 
         prev = p
     chunks.append(full[prev:])
     assert run(chunks) == run([full])
+
+
+# -- templates: a learned chunk shape reads only the text string ----------------------
+
+def _payloads(name: str) -> list[bytes]:
+    return [ev.data for ev in SSEDecoder().feed((CAPTURES / name).read_bytes())
+            if ev.data is not None]
+
+
+def _feed_all(model: StreamModel, payloads: list[bytes]) -> list[object]:
+    out: list[object] = []
+    for data in payloads:
+        try:
+            out += model.feed(data)
+        except MalformedChunk as exc:
+            out.append(("malformed", str(exc)))
+    return out + model.flush()
+
+
+@pytest.mark.parametrize(("name", "route", "least"), [
+    ("chat_thinking_loop_usage.sse", "chat", 40),
+    ("chat_thinking_token_budget_20.sse", "chat", 40),
+    ("chat_thinking_off_answer.sse", "chat", 5),
+    ("chat_n2.sse", "chat", 15),
+    ("chat_vllm_repetition_detection.sse", "chat", 10),
+    ("chat_thinking_loop_continuous_usage.sse", "chat", 0),
+    ("completions_raw_think_tags.sse", "completions", 10),
+])
+def test_templates_give_the_events_of_a_full_parse(name: str, route: str, least: int) -> None:
+    """On every vLLM capture the events with templates are those of a full parse, and
+    most text chunks skip the full parse (none with continuous usage: each differs)."""
+    payloads = _payloads(name)
+    fast = StreamModel(route, templates=True)  # type: ignore[arg-type]
+    assert _feed_all(fast, payloads) == _feed_all(StreamModel(route), payloads)  # type: ignore[arg-type]
+    assert fast.templated >= least
+    if least == 0:
+        assert fast.templated == 0
+
+
+def test_a_template_reads_escapes_and_gives_way_to_other_shapes() -> None:
+    """Escaped text goes through the template; a quote or bad bytes in its place, another
+    key or a finish are parsed in full, with the same events or error as without."""
+    head = b'{"id":"x","choices":[{"index":0,"delta":{"reasoning":'
+    tail = b'},"logprobs":null,"finish_reason":null}]}'
+    payloads = [head + b'"a"' + tail, head + b'"\\n\\"q\\u00e9\\ud83d\\ude00"' + tail,
+                head + b'"a","content":"b"' + tail, head + b'"\xff"' + tail,
+                head + b'"\x01"' + tail, head + b'""' + tail, head + b'7' + tail,
+                head + b'null' + tail, head + b'1234' + tail,
+                head.replace(b"reasoning", b"content") + b'"ans<think>w"' + tail,
+                head + b'"z"' + tail.replace(b"finish_reason\":null", b"finish_reason\":\"stop\""),
+                head + b'"b' + tail]
+    fast = StreamModel("chat", templates=True)
+    got = _feed_all(fast, payloads)
+    assert got == _feed_all(StreamModel("chat"), payloads)
+    assert TextDelta(0, "thinking", '\n"q\u00e9\U0001f600', 1) in got
+    assert fast.templated == 1  # only the escaped text: the rest differ in shape or bytes
+    # Errors, as from a full parse: invalid UTF-8, a raw control character, no closing quote.
+    assert sum(1 for e in got if isinstance(e, tuple)) == 3
+
+
+def test_learning_stops_when_templates_never_match() -> None:
+    """A stream whose every chunk differs around the text (a new id each time) stops
+    learning after four unused templates, and its events stay those of a full parse."""
+    payloads = [orjson.dumps({"id": f"c{i}", "choices": [{"index": 0, "delta": {"content": "w"}}]})
+                for i in range(20)]
+    fast = StreamModel("chat", templates=True)
+    assert _feed_all(fast, payloads) == _feed_all(StreamModel("chat"), payloads)
+    assert fast.templated == 0
+    assert not fast.learning
+    assert not StreamModel("chat").learning
+
+
+_TEXTS = st.text(st.characters(codec="utf-8"), max_size=6)
+_SHAPES = st.sampled_from([("reasoning", 0), ("content", 0), ("reasoning", 1),
+                           ("reasoning_content", 0), ("content", 1)])
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(_SHAPES, _TEXTS, st.sampled_from([None, None, None, "stop"]),
+                          st.binary(max_size=2), st.booleans()), max_size=25))
+def test_templates_never_change_the_events(
+        chunks: list[tuple[tuple[str, int], str, str | None, bytes, bool]]) -> None:
+    """Any mix of shapes, texts (escapes, quotes, control characters), finishes and
+    corrupted bytes in the text's place gives the same events, or the same error, as a
+    full parse of every chunk."""
+    payloads = []
+    for (key, index), text_, finish, junk, corrupt in chunks:
+        data = orjson.dumps({"id": "chatcmpl-1", "object": "chat.completion.chunk",
+                             "choices": [{"index": index, "delta": {key: text_},
+                                          "logprobs": None, "finish_reason": finish}]})
+        if corrupt:
+            at = data.index(b'"' + key.encode() + b'":') + len(key) + 4
+            data = data[:at] + junk + data[at:]
+        payloads.append(data)
+    for route in ("chat", "completions"):
+        assert _feed_all(StreamModel(route, templates=True), payloads) == _feed_all(  # type: ignore[arg-type]
+            StreamModel(route), payloads)  # type: ignore[arg-type]
