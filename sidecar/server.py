@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import gc
 import signal
 from collections.abc import Callable
 
@@ -113,7 +114,9 @@ async def run_server(
         # For soak tests and operators: leaks show as counts that do not come back down.
         server = runner.server
         log.info("runtime_stats", asyncio_tasks=len(asyncio.all_tasks(loop)),
-                 client_connections=len(server.connections) if server else 0)
+                 client_connections=len(server.connections) if server else 0,
+                 gc_frozen=gc.get_freeze_count(),
+                 gc_collections=[gen["collections"] for gen in gc.get_stats()])
 
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)

@@ -161,3 +161,26 @@ async def test_sigterm_drains_in_flight_streams(node: Node) -> None:
     assert chunks[-1]["choices"][0]["finish_reason"] == "length"
     assert node.proc.wait(timeout=20) == 0
     assert "STOPPING=1" in node.notifications()
+
+
+async def test_sigusr1_logs_runtime_stats(node: Node) -> None:
+    """SIGUSR1 logs task, connection and garbage-collector counts; the start-up heap is
+    frozen out of the collector's generations."""
+    assert "READY=1" in node.notifications()
+    assert node.proc is not None
+    node.proc.send_signal(signal.SIGUSR1)
+    deadline = time.monotonic() + 10
+    stats: dict[str, object] = {}
+    while not stats and time.monotonic() < deadline:
+        await asyncio.sleep(0.05)
+        for line in node.log.read_bytes().splitlines():
+            if b'"runtime_stats"' in line:
+                stats = orjson.loads(line)
+    assert stats, node.log.read_text()
+    assert isinstance(stats["gc_frozen"], int)
+    assert stats["gc_frozen"] > 10_000  # modules, classes and functions: tens of thousands
+    assert stats["asyncio_tasks"]
+    assert stats["client_connections"] == 0
+    collections = stats["gc_collections"]
+    assert isinstance(collections, list)
+    assert len(collections) == 3
