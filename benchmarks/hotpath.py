@@ -64,8 +64,10 @@ def _floor(stream: list[bytes]) -> int:
 
 
 def _watch(stream: list[bytes], detectors: DetectorConfig, stop: bool) -> int:
+    # As the proxy makes it with the default ladder (``["no-think"]``): no salvage step,
+    # so no reasoning is kept for one.
     attempt = Attempt(route="chat", number=0, detectors=detectors, started_at=0.0,
-                      stop_on_verdict=stop)
+                      stop_on_verdict=stop, keep_reasoning=False)
     sent = 0
     now = 0.0
     for chunk in stream:

@@ -129,7 +129,8 @@ class Stall:
 
     def touch(self, now: float) -> None:
         """A delta arrived at ``now``."""
-        self._last = max(self._last, now)
+        if now > self._last:  # noqa: PLR1730 (once per delta: a comparison costs less than max())
+            self._last = now
 
     def check(self, now: float, channel: Channel, at_token: int, at_char: int) -> Verdict | None:
         """Called by the timer; ``channel`` is the channel of the last delta."""

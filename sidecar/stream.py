@@ -176,11 +176,13 @@ class _Template:
     ``prefix`` + one JSON string + ``suffix`` is that chunk with another text, and only
     the string needs parsing."""
 
-    __slots__ = ("channel", "hits", "index", "prefix", "suffix")
+    __slots__ = ("after", "channel", "hits", "index", "prefix", "start", "suffix")
 
     def __init__(self, prefix: bytes, suffix: bytes, index: int, channel: Channel | None) -> None:
         self.prefix = prefix
         self.suffix = suffix
+        self.start = len(prefix)  # where the text's JSON string begins
+        self.after = len(suffix)  # bytes after it
         self.index = index
         self.channel = channel
         self.hits = 0
@@ -249,13 +251,13 @@ class StreamModel:
             self.chunk = None
             return [DONE]
         for template in self._templates:
-            prefix, suffix = template.prefix, template.suffix
-            if data.startswith(prefix) and data.endswith(suffix):
-                end = len(data) - len(suffix)
-                if end - len(prefix) < 3:  # the shortest non-empty string, '"x"'
+            if data.startswith(template.prefix) and data.endswith(template.suffix):
+                start = template.start
+                end = len(data) - template.after
+                if end - start < 3:  # the shortest non-empty string, '"x"'
                     break
                 try:
-                    text = orjson.loads(data[len(prefix) : end])
+                    text = orjson.loads(data[start:end])
                 except orjson.JSONDecodeError:
                     break  # not one string: parse it all, which reports what is wrong
                 if type(text) is not str:
