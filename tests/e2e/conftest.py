@@ -205,8 +205,25 @@ class Node:
         ]
 
     def metrics(self) -> VllmMetrics:
-        """Scrape vLLM's ``/metrics`` for this model."""
-        text = _http_get(self.vllm_url + "/metrics")
+        """Scrape vLLM's ``/metrics`` for this model.
+
+        A scrape that gets no answer in 5 s is tried again, up to three times in all, and
+        each such stall is written to the run report (``vllm_metrics_stall``). vLLM's CPU
+        build at times stops answering for seconds on a busy 2-core machine (see "How far
+        below" above); whether a request still runs is read from the answer, so waiting
+        out a stall does not hide one: an attempt that was not aborted is still counted
+        as running, or as finished with ``length``, when the answer comes.
+        """
+        url = self.vllm_url + "/metrics"
+        for attempt in range(1, _SCRAPE_TRIES + 1):
+            start = time.monotonic()
+            try:
+                text = _http_get(url)
+                break
+            except TimeoutError:
+                report("vllm_metrics_stall", attempt=attempt, seconds=time.monotonic() - start)
+                if attempt == _SCRAPE_TRIES:
+                    raise
         values: dict[str, float] = {}
         success: dict[str, float] = {}
         for family in text_string_to_metric_families(text):
@@ -292,6 +309,9 @@ def read_sse(lines: Iterator[str], result: StreamResult) -> None:
             result.errors.append(obj["error"])
             continue
         result.add(ChatCompletionChunk.model_validate(obj))
+
+
+_SCRAPE_TRIES = 3
 
 
 def _http_get(url: str, timeout: float = 5.0) -> str:
