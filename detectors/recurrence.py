@@ -36,9 +36,10 @@ other numbers are kept, so "Year 5: ... Year 6: ..." arithmetic still reads as p
 The table has ``2 * history`` one-byte counters, each with a one-byte fingerprint, probed
 in pairs (slot, slot ^ 1): a shingle is *seen* only when its fingerprint matches, so
 collisions do not fake recurrence (a full pair drops the shingle, which can only
-under-count). Memory: ``2 * history`` counters + ``2 * history`` fingerprints + a
-``history`` ring of 2-byte slots (16 + 16 + 16 = 48 KiB at the default 8192), allocated
-when the channel's first 256-character block is analyzed.
+under-count). Memory: ``2 * history`` counters + ``2 * history`` fingerprints (16 + 16 KiB
+at the default 8192), allocated when the channel's first 256-character block is analyzed,
+and a ring of 2-byte slots that grows with the shingles seen, up to ``history`` of them
+(16 KiB), then wraps.
 """
 
 from __future__ import annotations
@@ -174,7 +175,6 @@ class RecurrenceAnalyzer:
             table = self._hist * 2
             self._counts = bytearray(table)
             self._fps = bytearray(table)
-            self._ring = array("H", [0]) * self._hist
         counts = self._counts
         fps = self._fps
         ring = self._ring
@@ -274,10 +274,11 @@ class RecurrenceAnalyzer:
                 o = ring[rpos]
                 if o != dropped and counts[o]:
                     counts[o] -= 1
-            else:
+                ring[rpos] = slot
+                rpos = rpos + 1 if rpos + 1 < hist else 0
+            else:  # the ring grows to ``history`` slots, then wraps
                 filled += 1
-            ring[rpos] = slot
-            rpos = rpos + 1 if rpos + 1 < hist else 0
+                ring.append(slot)
         self._rolling, self._li, self._rpos, self._seen_tokens = rolling, li, rpos, n_seen
         self._n = filled
         self._ls, self._ticks, self._fence = ls, ticks, fence

@@ -7,7 +7,7 @@ import tracemalloc
 from detector_helpers import feed_text, load
 
 from detectors import Channel, DetectorConfig, Verdict
-from detectors.blocks import Blocker
+from detectors.blocks import Block, Blocker
 from detectors.chain import Chain, default_chain, text_analyzers
 from detectors.recurrence import RecurrenceAnalyzer
 from detectors.replay import split_stream
@@ -107,7 +107,7 @@ def test_each_text_detector_stays_under_64_kib() -> None:
 
 def test_chain_allocates_recurrence_tables_only_once_text_arrives() -> None:
     """A stream idle before its first 256-character block holds no recurrence tables; the
-    first block allocates them (about 48 KiB per channel at the default history)."""
+    first block allocates them (32 KiB per channel at the default history)."""
     tracemalloc.start()
     base = tracemalloc.get_traced_memory()[0]
     chain = default_chain(DetectorConfig())
@@ -119,7 +119,54 @@ def test_chain_allocates_recurrence_tables_only_once_text_arrives() -> None:
     grown = tracemalloc.get_traced_memory()[0] - base
     tracemalloc.stop()
     assert young < 16 * 1024, young
-    assert grown - young >= 48 * 1024, (young, grown)
+    assert grown - young >= 32 * 1024, (young, grown)
+
+
+def _distinct_blocks(shingles: int) -> list[Block]:
+    text = " ".join(f"w{i}x{i * 7919 % 10007}" for i in range(shingles))
+    return Blocker().push(text) or []
+
+
+def test_shingle_ring_grows_with_the_text_then_wraps() -> None:
+    """The ring of shingle slots costs about 2 bytes per shingle seen until it holds
+    ``history`` of them, then stays that size: a short stream does not pay for the whole
+    history up front, a long one does not grow past it."""
+    history = DetectorConfig().recurrence_history
+    blocks = _distinct_blocks(3 * history)
+    analyzer = RecurrenceAnalyzer(2, history, 2, 12, 2.0, 0.45, float("inf"))
+    tracemalloc.start()
+    base = tracemalloc.get_traced_memory()[0]
+    marks: dict[int, int] = {}
+    for index, block in enumerate(blocks):
+        assert analyzer.analyze(block) is None
+        if index in (0, len(blocks) // 6, len(blocks) // 2, len(blocks) - 1):
+            marks[index] = tracemalloc.get_traced_memory()[0] - base
+    tracemalloc.stop()
+    first, sixth, half, last = (marks[i] for i in sorted(marks))
+    tables = 4 * history
+    # One block in: the tables and a ring of a few dozen slots.
+    assert tables <= first < tables + 1024, first
+    # A sixth of 3 * history shingles: half the ring, about history bytes.
+    assert history // 2 < sixth - first < 2 * history, (first, sixth)
+    # Past the history the ring is full (2 * history bytes, plus up to 1/16 of spare room
+    # from append's growth) and stops growing.
+    assert 2 * history <= half - first < 2 * history * 17 // 16 + 256, (first, half)
+    assert abs(last - half) < 1024, (half, last)
+
+
+def test_ring_growth_keeps_the_scores() -> None:
+    """A text that repeats a paragraph across the ring's wrap (a small history) scores the
+    same blocks as copies as before and after the wrap: expiry forgets the oldest shingles."""
+    source = _reasoning(16)
+    paragraph = source[3000:3600]
+    config = DetectorConfig(recurrence_history=256)
+    fresh = _scores(source[:6000], config)
+    assert max(fresh) < 1.0
+    # Within the history a copy is seen; after 256 fresh shingles it is forgotten.
+    near = _scores(paragraph + paragraph, config)
+    far = _scores(paragraph + source[6000:9000] + paragraph, config)
+    assert max(near) > 0.5
+    assert max(far) < 0.5
 
 
 def _feed(chain: Chain, channel: Channel, text: str) -> Verdict | None:
@@ -143,8 +190,8 @@ def test_chain_releases_thinking_state_once_the_answer_begins() -> None:
     assert _feed(chain, "content", answer) is None
     answering = tracemalloc.get_traced_memory()[0] - base
     tracemalloc.stop()
-    assert thought >= 48 * 1024, thought
-    # The content channel's own tables replace the thinking ones: no second 48 KiB.
+    assert thought >= 32 * 1024, thought
+    # The content channel's own tables replace the thinking ones: no second 32 KiB.
     assert answering < thought + 16 * 1024, (thought, answering)
 
 
