@@ -26,7 +26,10 @@ Suites:
   (``sim-stall`` sends 24 tokens, then nothing; with ``--tokens T`` above 24,
   ``sim-long-thinking`` reasoning stalled after T tokens by the ``stall-mid-stream``
   fault), divided by N; after a warm-up, so the figure is what one more open stream
-  costs, detector state included.
+  costs, detector state included. Streams open in waves of ``--wave`` (default 50), each
+  wave idle before the next starts: all N streaming at once at 200 tok/s is more than a
+  2-core machine carries, and the read buffers of that backlog (up to 64 KiB a stream,
+  freed afterwards but kept by the allocator) would be counted as per-stream memory.
 - ``workers``: the highest paced load (streams x rate) the sidecar holds with
   ``--workers 1`` and ``--workers 2`` (held: >= 95 % of offered chunks/s delivered, p99
   lateness <= ``--late-ms``, no errors); the simulator alone is measured the same way
@@ -250,13 +253,16 @@ def _answer_trace(reasoning_tokens: int) -> tuple[str, int]:
 
 
 async def _hold_idle(url: str, n: int, tokens: int, settle: float,
-                     measure: Callable[[], int], *, answer: bool = False) -> tuple[int, int]:
+                     measure: Callable[[], int], *, answer: bool = False,
+                     wave: int = 50) -> tuple[int, int]:
     """Open ``n`` streams that go silent after ``tokens`` token events (sim-stall for 24,
     sim-replay of :func:`_answer_trace` with ``answer``, otherwise sim-long-thinking; with
-    a stall-mid-stream fault), wait until each saw them and ``settle`` seconds passed,
-    return (streams held, measure()) and close them."""
+    a stall-mid-stream fault), ``wave`` at a time (each wave idle before the next opens),
+    wait until each saw them and ``settle`` seconds passed, return (streams held,
+    measure()) and close them."""
     seen = [0]
     ready = asyncio.Event()
+    waves = asyncio.Condition()
     release = asyncio.Event()
     headers = {"Content-Type": "application/json"}
     if answer:
@@ -280,22 +286,34 @@ async def _hold_idle(url: str, n: int, tokens: int, settle: float,
                     return
                 got += chunk.count(b"\n\n")
             seen[0] += 1
+            async with waves:
+                waves.notify_all()
             if seen[0] == n:
                 ready.set()
             await release.wait()
 
+    async def open_in_waves(session: aiohttp.ClientSession) -> None:
+        for start in range(0, n, wave):
+            end = min(n, start + wave)
+            tasks.extend(asyncio.create_task(one(session, i)) for i in range(start, end))
+            async with waves:
+                await waves.wait_for(lambda end=end: seen[0] >= end)
+
     connector = aiohttp.TCPConnector(limit=0)
+    tasks: list[asyncio.Task[None]] = []
     async with aiohttp.ClientSession(connector=connector) as session:
-        tasks = [asyncio.create_task(one(session, i)) for i in range(n)]
+        opener = asyncio.create_task(open_in_waves(session))
         try:
-            await asyncio.wait_for(ready.wait(), 60)
+            # Each wave streams its tokens at the simulator's 200 tok/s.
+            await asyncio.wait_for(ready.wait(), 60 + 2 * (n / wave) * (tokens / 200))
             await asyncio.sleep(settle)
             value = measure()
         finally:
             release.set()
+            opener.cancel()
             for t in tasks:
                 t.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
+            await asyncio.gather(opener, *tasks, return_exceptions=True)
     return seen[0], value
 
 
@@ -317,12 +335,12 @@ async def memory(args: argparse.Namespace) -> dict[str, Any]:
             for proxy in proxies:
                 # Warm up with the same kind of streams, so the growth is per stream.
                 await _hold_idle(proxy.url, args.streams // 10, tokens, 0.5,
-                                 lambda: 0, answer=args.answer)
+                                 lambda: 0, answer=args.answer, wave=args.wave)
                 await asyncio.sleep(1.0)
                 before = rss_bytes(proxy.pid)
                 held, after = await _hold_idle(proxy.url, args.streams, tokens, 1.0,
                                                functools.partial(rss_bytes, proxy.pid),
-                                               answer=args.answer)
+                                               answer=args.answer, wave=args.wave)
                 per = (after - before) / max(1, held)
                 out[proxy.name] = {"streams": held, "rss_before": before, "rss_after": after,
                                    "bytes_per_stream": per}
@@ -407,6 +425,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--answer", action="store_true",
                    help=f"streams go idle {_ANSWER_TOKENS} tokens into their answer, after "
                         "--tokens tokens of reasoning (the answer phase of a stream)")
+    p.add_argument("--wave", type=int, default=50,
+                   help="streams opened at a time, each wave idle before the next "
+                        "(default 50; --wave N with N = --streams opens all at once)")
     p.set_defaults(func=memory)
     p = sub.add_parser("workers", parents=[common])
     p.add_argument("--loads", default="128,256,384,512,640")
