@@ -180,7 +180,7 @@ class Chain:
         if not self._answered and stream is self._content:
             # The answer has begun: 256 characters of content, not a line break before a
             # <think>. Thinking does not come back after the answer with the reasoning
-            # parsers, so its detectors' state (up to 48 KiB of recurrence tables) is
+            # parsers, so its detectors' state (up to 48 KiB of recurrence table and ring) is
             # released; thinking that does come back starts from fresh state.
             self._answered = True
             self._thinking = _Stream(self._factories)

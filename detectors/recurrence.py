@@ -33,13 +33,24 @@ recurrence does not matter, only that the text brings nothing new. A number that
 line is folded to ``#`` so a counter that keeps going does not look like new content;
 other numbers are kept, so "Year 5: ... Year 6: ..." arithmetic still reads as progress.
 
-The table has ``2 * history`` one-byte counters, each with a one-byte fingerprint, probed
-in pairs (slot, slot ^ 1): a shingle is *seen* only when its fingerprint matches, so
-collisions do not fake recurrence (a full pair drops the shingle, which can only
-under-count). Memory: ``2 * history`` counters + ``2 * history`` fingerprints (16 + 16 KiB
-at the default 8192), allocated when the channel's first 256-character block is analyzed,
-and a ring of 2-byte slots that grows with the shingles seen, up to ``history`` of them
-(16 KiB), then wraps.
+The table has up to ``2 * history`` one-byte counters, each with a one-byte fingerprint,
+probed in pairs (slot, slot ^ 1): a shingle is *seen* only when its fingerprint matches,
+so collisions do not fake recurrence (a full pair drops the shingle, which can only
+under-count). A shingle's slot is the top bits of its hash, as many as the table is large,
+and its fingerprint the 8 bits below those of the full-size table, so a table that grows
+keeps every fingerprint. A ring remembers where each of the last ``history`` shingles
+went, so the oldest is forgotten once the ring is full (while the table grows it keeps each
+shingle's full-size slot and which slot of its pair it took, to insert it again).
+
+Memory grows with the text. The table is allocated by the channel's first 256-character
+block, sized to at least eight slots per shingle the ring will hold after that block
+(1,024 slots at least), and doubles, re-inserting the ring's shingles in their order,
+until it has its full ``2 * history`` slots (16 + 16 KiB at the default 8192) once the
+ring holds more than ``history / 8`` shingles. Until then it holds at most one ring entry
+per eight slots, a quarter of the full-size table's load once the ring is full, so it
+drops fewer shingles than that table does. The ring takes 2 bytes per shingle (3 while
+the table grows) up to ``history`` of them (16 KiB), then wraps. A stream idle after 400
+tokens (about 370 shingles) holds 8 KiB of table, not 32.
 """
 
 from __future__ import annotations
@@ -57,6 +68,8 @@ _BASE = 0x100000001B3
 _MIX = 0x9E3779B97F4A7C15
 #: Ring entry of a shingle the table had no room for (nothing to forget when it expires).
 _DROPPED = 0xFFFF
+#: The smallest table, in bits (1,024 slots, 2 KiB with the fingerprints).
+_MIN_BITS = 10
 #: Blocks with fewer shingles than this (symbol runs) leave the evidence as it is.
 _MIN_SHINGLES = 8
 #: A line ending with one of these opens a block: indented lines after it may be code.
@@ -84,6 +97,7 @@ class RecurrenceAnalyzer:
         "_last",
         "_li",
         "_ls",
+        "_maxbits",
         "_min_seen",
         "_n",
         "_opener",
@@ -94,6 +108,7 @@ class RecurrenceAnalyzer:
         "_rpos",
         "_same",
         "_score",
+        "_second",
         "_seen_tokens",
         "_sum_n",
         "_sum_rec",
@@ -118,13 +133,19 @@ class RecurrenceAnalyzer:
             raise ValueError("recurrence_history must be a power of two in 256..16384")
         self._k = shingle
         self._hist = history
-        table = history * 2
-        self._bits = table.bit_length() - 1
-        # The tables are allocated by the first block that is analyzed: a stream that ends,
-        # or sits idle, before 256 characters of this channel never pays for them.
+        self._maxbits = (history * 2).bit_length() - 1
+        # The table is allocated by the first block that is analyzed (a stream that ends,
+        # or sits idle, before 256 characters of this channel never pays for it) and grows
+        # with the ring (``_grow``); ``_bits`` is its current size in bits.
+        self._bits = 0
         self._counts = bytearray()
         self._fps = bytearray()
+        # While the table grows, a ring entry is the shingle's slot in the full-size table
+        # and ``_second`` says whether it went to its pair's second slot (what ``_grow``
+        # needs to find it and insert it again); once the table is full-size, an entry is
+        # the slot the shingle went to (what expiry needs) and ``_second`` is released.
         self._ring = array("H")
+        self._second = bytearray()
         self._rpos = 0
         self._n = 0
         self._min_seen = min_seen
@@ -169,12 +190,53 @@ class RecurrenceAnalyzer:
             return 0.0
         return self._sum_rec / self._sum_n
 
+    def _grow(self, shingles: int) -> None:
+        """Size the table to at least eight slots per shingle for ``shingles`` ring entries
+        (at most the full size) and insert the ring's shingles again, oldest first, exactly
+        as they were first inserted; a shingle that finds its pair full is dropped."""
+        bits = min(self._maxbits, max(_MIN_BITS, (shingles * 8 - 1).bit_length()))
+        if bits <= self._bits:
+            return
+        old_fps, old_less = self._fps, self._maxbits - self._bits
+        less = self._maxbits - bits
+        counts = bytearray(1 << bits)
+        fps = bytearray(1 << bits)
+        ring, second = self._ring, self._second
+        # The table is full-size long before the ring wraps (at ``history / 8`` entries
+        # against ``history``): the entries here are in insertion order from index 0.
+        for i, full in enumerate(ring):
+            if full == _DROPPED:
+                continue
+            fp = old_fps[(full >> old_less) ^ second[i]]
+            slot = full >> less
+            c = counts[slot]
+            if not c or fps[slot] != fp:
+                alt = slot ^ 1
+                c2 = counts[alt]
+                if c2 and fps[alt] == fp:
+                    slot, c = alt, c2
+                elif not c:
+                    fps[slot] = fp
+                elif not c2:
+                    slot, c = alt, 0
+                    fps[alt] = fp
+                else:
+                    ring[i] = _DROPPED
+                    continue
+            if c < 255:
+                counts[slot] = c + 1
+            if less:
+                second[i] = slot ^ (full >> less)
+            else:
+                ring[i] = slot
+        self._counts, self._fps, self._bits = counts, fps, bits
+        if not less:
+            self._second = bytearray()
+
     def analyze(self, block: Block) -> Finding | None:
         """Score the block's shingles, then the window and the accumulated evidence."""
-        if not self._counts:
-            table = self._hist * 2
-            self._counts = bytearray(table)
-            self._fps = bytearray(table)
+        if self._bits < self._maxbits and (self._n + len(block.toks)) * 8 > (1 << self._bits):
+            self._grow(self._n + len(block.toks))
         counts = self._counts
         fps = self._fps
         ring = self._ring
@@ -182,8 +244,11 @@ class RecurrenceAnalyzer:
         k = self._k
         hist = self._hist
         min_seen = self._min_seen
-        shift = 64 - self._bits
+        shift = 64 - self._maxbits
         fshift = shift - 8
+        less = self._maxbits - self._bits
+        sshift = shift + less  # the slot in the table as large as it is now
+        second = self._second
         rolling = self._rolling
         li = self._li
         rpos = self._rpos
@@ -240,7 +305,7 @@ class RecurrenceAnalyzer:
             if n_seen < k:
                 continue
             mixed = (rolling * mix) & mask
-            slot = mixed >> shift
+            slot = mixed >> sshift
             fp = (mixed >> fshift) & 0xFF
             c = counts[slot]
             if not c or fps[slot] != fp:
@@ -270,15 +335,21 @@ class RecurrenceAnalyzer:
                         top = max(top, c)
             if slot != dropped and c < 255:
                 counts[slot] = c + 1
-            if filled >= hist:
+            if filled >= hist:  # the table is full-size (see ``_grow``)
                 o = ring[rpos]
                 if o != dropped and counts[o]:
                     counts[o] -= 1
                 ring[rpos] = slot
                 rpos = rpos + 1 if rpos + 1 < hist else 0
-            else:  # the ring grows to ``history`` slots, then wraps
+            else:  # the ring grows to ``history`` entries, then wraps
                 filled += 1
-                ring.append(slot)
+                if less and slot != dropped:  # the table still grows: keep the full slot
+                    ring.append(mixed >> shift)
+                    second.append(slot ^ (mixed >> sshift))
+                else:
+                    ring.append(slot)
+                    if less:
+                        second.append(0)
         self._rolling, self._li, self._rpos, self._seen_tokens = rolling, li, rpos, n_seen
         self._n = filled
         self._ls, self._ticks, self._fence = ls, ticks, fence
