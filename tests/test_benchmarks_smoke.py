@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import time
 from collections.abc import AsyncIterator
 from dataclasses import asdict
 
@@ -12,7 +13,7 @@ from aiohttp.test_utils import TestServer
 
 from benchmarks.floor import make_app as make_floor_app
 from benchmarks.loadgen import LoadResult, LoadSpec, percentile, run_load
-from benchmarks.run import _ANSWER_TOKENS, _answer_trace
+from benchmarks.run import _ANSWER_TOKENS, _answer_trace, _hold_idle
 from benchmarks.separation import copied, hedging, stalled_vocabulary
 from tests.stack import Stack, start_stack, stop_stack
 
@@ -62,6 +63,25 @@ async def test_loadgen_through_parsing_floor(stack: Stack) -> None:
     finally:
         await floor.close()
     _check(result)
+
+
+async def test_memory_holds_streams_idle_in_waves(stack: Stack) -> None:
+    """``memory``: five sim-stall streams opened two at a time through the sidecar all
+    reach their idle point, and the measurement is taken once, with every one open."""
+    open_at_measure: list[int] = []
+
+    def measure() -> int:
+        open_at_measure.append(int(stack.metric("runaway_sidecar_active_streams")))
+        return 42
+
+    started = time.monotonic()
+    held, value = await _hold_idle(stack.url, 5, 24, 0.1, measure, wave=2)
+    elapsed = time.monotonic() - started
+    assert (held, value) == (5, 42)
+    assert open_at_measure == [5]
+    # Three waves one after another, each 24 tokens at the simulator's 50 tok/s (0.48 s):
+    # all five at once would take one wave's time.
+    assert elapsed >= 3 * 0.4, elapsed
 
 
 def test_percentile_nearest_rank() -> None:
