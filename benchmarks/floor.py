@@ -15,7 +15,9 @@ Run from the repository root::
   work any stream-watching proxy has to do.
 
 Both use one upstream connection pool per process and uvloop when installed, like the
-sidecar. No logging, no metrics, no error mapping: they are floors, not products.
+sidecar. No logging, no metrics, no error mapping: they are floors, not products. Both
+bound the silence between upstream reads with aiohttp's ``sock_read`` timeout
+(``--read-timeout``, 120 s; 0 for none), which re-arms a timer on every read.
 """
 
 from __future__ import annotations
@@ -68,7 +70,7 @@ def parse_events(buf: bytes, chunk: bytes) -> tuple[bytes, bytes, int]:
     return done, rest, chars
 
 
-def make_app(upstream: str, *, parsing: bool) -> web.Application:
+def make_app(upstream: str, *, parsing: bool, read_timeout: float = 120.0) -> web.Application:
     """The floor proxy application."""
     app = web.Application()
     holder: dict[str, aiohttp.ClientSession] = {}
@@ -76,7 +78,7 @@ def make_app(upstream: str, *, parsing: bool) -> web.Application:
     async def pool(_app: web.Application) -> Any:
         holder["s"] = aiohttp.ClientSession(
             connector=aiohttp.TCPConnector(limit=0),
-            timeout=aiohttp.ClientTimeout(total=None, sock_read=120),
+            timeout=aiohttp.ClientTimeout(total=None, sock_read=read_timeout or None),
             auto_decompress=False)
         yield
         await holder["s"].close()
@@ -115,6 +117,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--kind", choices=("passthrough", "parsing"), required=True)
     parser.add_argument("--listen", default="127.0.0.1:8101", metavar="HOST:PORT")
     parser.add_argument("--upstream", required=True, help="e.g. http://127.0.0.1:8001")
+    parser.add_argument("--read-timeout", type=float, default=120.0, metavar="SECONDS",
+                        help="aiohttp sock_read timeout on upstream reads (0: none)")
     args = parser.parse_args(argv)
     try:
         import uvloop
@@ -123,7 +127,8 @@ def main(argv: list[str] | None = None) -> int:
     else:
         asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
     host, _, port = args.listen.rpartition(":")
-    web.run_app(make_app(args.upstream.rstrip("/"), parsing=args.kind == "parsing"),
+    web.run_app(make_app(args.upstream.rstrip("/"), parsing=args.kind == "parsing",
+                         read_timeout=args.read_timeout),
                 host=host, port=int(port), access_log=None, print=None,
                 handler_cancellation=True)
     return 0

@@ -129,10 +129,12 @@ def simulator(name: str, rate: float, extra: tuple[str, ...] = ()) -> Proc:
                        "--tokens-per-second", str(rate), *extra], port)
 
 
-def floor(kind: str, upstream: str) -> Proc:
+def floor(kind: str, upstream: str, name: str | None = None,
+          extra: tuple[str, ...] = ()) -> Proc:
     port = free_port()
-    return Proc(kind, [PYTHON, "-m", "benchmarks.floor", "--kind", kind,
-                       "--listen", f"127.0.0.1:{port}", "--upstream", upstream], port)
+    return Proc(name or kind, [PYTHON, "-m", "benchmarks.floor", "--kind", kind,
+                               "--listen", f"127.0.0.1:{port}", "--upstream", upstream,
+                               *extra], port)
 
 
 def sidecar(name: str, upstream: str, mode: str, workers: int = 1,

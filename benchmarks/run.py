@@ -15,7 +15,8 @@ Suites:
 - ``paced``: C streams at ``rate`` tok/s each (``--rate 0``: saturation) through each
   configuration (direct to the simulator, bare pass-through, bare parsing proxy, sidecar
   shadow, sidecar enforce, optionally LiteLLM; ``off``: the sidecar with ``--mode off``,
-  its plain pass-through path; ``enforce-notext``: enforce without the text detectors),
+  its plain pass-through path; ``enforce-notext``: enforce without the text detectors;
+  ``parsing-noread``: the parsing floor without aiohttp's per-read ``sock_read`` timer),
   in the order A B C ... A B C ... for
   ``reps`` repetitions. Per run: the proxy's CPU seconds per 1,000 chunks (its
   ``/proc`` CPU time delta over the run divided by the chunks the client received),
@@ -73,6 +74,8 @@ def _setup(upstream: Proc, names: list[str], litellm: Path | None,
     for name in names:
         if name in ("passthrough", "parsing"):
             out.append(procs.floor(name, upstream.url))
+        elif name == "parsing-noread":
+            out.append(procs.floor("parsing", upstream.url, name, ("--read-timeout", "0")))
         elif name in ("off", "shadow", "enforce"):
             out.append(procs.sidecar(name, upstream.url, name))
         elif name == "enforce-notext":
