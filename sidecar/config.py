@@ -156,7 +156,7 @@ class Config:
     workers: int = 1  # processes sharing the listen port (SO_REUSEPORT)
     drain_timeout_seconds: float = 30.0  # SIGTERM: how long in-flight streams may finish
     upstream_connect_timeout_seconds: float = 10.0
-    upstream_read_timeout_seconds: float = 300.0  # max silence between upstream bytes
+    upstream_read_timeout_seconds: float = 300.0  # max silence between upstream bytes (0: none)
     max_body_bytes: int = 32 * 1024 * 1024  # larger client request bodies get a 413
     # A client connection must deliver a complete request head within this many seconds
     # of connecting (or of its previous response), else it is closed: this bounds

@@ -23,6 +23,7 @@ that block the same way.
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -106,6 +107,10 @@ class Proxy:
         self.policy = Policy(rules_of(config.policy.rules, config.policy.presets))
         self._base = config.upstream.rstrip("/")
         self._session: aiohttp.ClientSession | None = None
+        # Watched streams keep their own read timeout (``_attempt``): aiohttp's sock_read
+        # re-arms a timer on every read, which cost ~8 us per chunk under paced load.
+        self._watched_timeout = aiohttp.ClientTimeout(
+            total=None, connect=self.config.upstream_connect_timeout_seconds, sock_read=None)
         self.draining = False
 
     # -- lifecycle -------------------------------------------------------------------
@@ -535,16 +540,24 @@ class Proxy:
         headers = forward_headers(request.headers, drop=("accept-encoding", "content-type"))
         headers["Content-Type"] = "application/json"
         stall = self.config.detectors.stall_seconds
-        # A silence is noticed between ``stall`` and ``stall + step`` after the last byte.
-        step = min(_STALL_GRANULARITY, stall / 4) if stall is not None else _STALL_GRANULARITY
+        read_timeout = self.config.upstream_read_timeout_seconds or None
+        # One deadline serves the clock-driven detectors and the read timeout: it wakes
+        # after ``window`` without bytes (the shorter of the two), then every ``step``.
+        window = min(w for w in (stall, read_timeout, math.inf) if w is not None)
+        # A silence is noticed between ``window`` and ``window + step`` after the last byte.
+        step = min(_STALL_GRANULARITY, window / 4)
         loop = asyncio.get_running_loop()
         headers_received = False
         try:
-            async with self.session.post(
+            request_cm = self.session.post(
                 self._base + (ollama.NATIVE_PATHS[ex.native] if ex.native else
                               "/v1/chat/completions" if ex.route == "chat" else "/v1/completions"),
-                data=data, headers=headers,
-            ) as up:
+                data=data, headers=headers, timeout=self._watched_timeout,
+            )
+            # The upstream's answer head within the read timeout, as sock_read would.
+            async with asyncio.timeout(read_timeout):
+                up = await request_cm
+            async with up:
                 headers_received = True
                 ctype = up.headers.get("Content-Type", "")
                 if up.status != 200 or not ctype.startswith(
@@ -553,11 +566,12 @@ class Proxy:
                 ex.upstream_status = up.status
                 sink.upstream_headers(up.headers)
                 reader = up.content
-                # The stall deadline: pushed back at most once per ``step`` while bytes
-                # arrive; when it expires the clock-driven detectors look, and reading
-                # goes on unless their verdict stops the attempt (not in shadow mode).
-                window = stall or 0.0
-                deadline_at = loop.time() + window + step if stall is not None else None
+                # The deadline is pushed back at most once per ``step`` while bytes arrive.
+                # When it expires the clock-driven detectors look, and reading goes on
+                # unless their verdict stops the attempt (not in shadow mode) or nothing
+                # came for ``read_timeout``. ``quiet_since``: no byte since then at least.
+                deadline_at = loop.time() + window + step if window < math.inf else None
+                quiet_since: float | None = None
                 while True:
                     writing = False
                     try:
@@ -580,17 +594,28 @@ class Proxy:
                                     break
                                 if deadline_at is not None and now > deadline_at - window:
                                     deadline_at = now + window + step
+                                    quiet_since = None
                                     deadline.reschedule(deadline_at)
                         break
                     except TimeoutError:
                         if not deadline.expired():
-                            raise  # aiohttp's own read timeout: the reader is dead now
+                            raise  # aiohttp's own timeout: the reader is dead now
                         now = loop.time()
-                        # A client slow to take bytes held the write past the deadline
-                        # (the bytes are in the transport already): upstream is not silent.
-                        if not writing and attempt.tick(now) is not None and attempt.stopped:
+                        if writing:
+                            # A client slow to take bytes held the write past the deadline
+                            # (the bytes are in the transport already): upstream is not
+                            # silent, nothing was read meanwhile.
+                            deadline_at, quiet_since = now + window + step, None
+                            continue
+                        if quiet_since is None and deadline_at is not None:
+                            quiet_since = deadline_at - window
+                        if (read_timeout is not None and quiet_since is not None
+                                and now - quiet_since >= read_timeout):
+                            raise aiohttp.ServerTimeoutError(
+                                f"no bytes from upstream for {read_timeout:g} s") from None
+                        if attempt.tick(now) is not None and attempt.stopped:
                             break
-                        deadline_at = now + (window + step if writing else step)
+                        deadline_at = now + step
                 if attempt.stopped:
                     up.close()  # not release(): vLLM must see the disconnect and abort
                 elif not attempt.done and (not attempt.choices or attempt.open_choices):

@@ -27,10 +27,10 @@ def chunked(data: bytes) -> bytes:
 
 
 async def request(reply: Reply, *, stream: bool, path: str = "/v1/chat/completions",
-                  ) -> tuple[int, bytes, float]:
+                  stall: float | None = None) -> tuple[int, bytes, float]:
     upstream = RawUpstream(default=reply)
     await upstream.start()
-    sidecar, _ = await start_sidecar(upstream.url, detectors={"stall_seconds": None},
+    sidecar, _ = await start_sidecar(upstream.url, detectors={"stall_seconds": stall},
                                      upstream_read_timeout_seconds=READ_TIMEOUT)
     started = time.monotonic()
     body = orjson.dumps({**orjson.loads(BODY), "stream": stream})
@@ -61,7 +61,37 @@ async def test_silent_mid_stream_ends_with_error_event() -> None:
     error = orjson.loads(data[len(EVENT) + 6 : data.index(b"\n\ndata: [DONE]")])["error"]
     assert error["code"] == 504
     assert data.endswith(b"data: [DONE]\n\n")
-    assert took < READ_TIMEOUT + 2
+    assert READ_TIMEOUT <= took < READ_TIMEOUT + 2
+
+
+async def test_silent_mid_stream_ends_at_the_read_timeout_with_stall_detection_on() -> None:
+    """The stall detector's deadline also carries the read timeout: with a stall limit
+    longer than the read timeout, a silent stream still ends at the read timeout, not
+    before and not at the stall limit."""
+    status, data, took = await request(Reply(HEAD + chunked(EVENT), stall=30), stream=True,
+                                       stall=20.0)
+    assert status == 200
+    error = orjson.loads(data[len(EVENT) + 6 : data.index(b"\n\ndata: [DONE]")])["error"]
+    assert error["code"] == 504
+    assert READ_TIMEOUT <= took < READ_TIMEOUT + 2
+
+
+async def test_stream_slower_overall_than_the_read_timeout_completes(
+        make_stack: StackFactory) -> None:
+    """The read timeout bounds the silence between bytes, not the stream: 24 tokens at
+    8 tok/s (3 s, a token every 0.125 s) pass a 0.5 s read timeout whole."""
+    stack = await make_stack(8.0, upstream_read_timeout_seconds=READ_TIMEOUT,
+                             detectors={"stall_seconds": None})
+    body = {"model": "sim-healthy", "stream": True, "max_tokens": 24,
+            "messages": [{"role": "user", "content": "slow"}]}
+    started = time.monotonic()
+    async with aiohttp.ClientSession() as s, s.post(stack.url + "/v1/chat/completions",
+                                                    json=body) as r:
+        data = await r.read()
+    assert time.monotonic() - started > 2 * READ_TIMEOUT
+    assert b'"error"' not in data
+    assert b'"finish_reason":"length"' in data
+    assert data.endswith(b"data: [DONE]\n\n")
 
 
 async def test_silent_mid_stream_nonstreaming_is_504() -> None:
