@@ -245,7 +245,7 @@ class RecurrenceAnalyzer:
 
     def analyze(self, block: Block) -> Finding | None:
         """Score the block's shingles, then the window and the accumulated evidence."""
-        if self._bits < self._maxbits and (self._n + len(block.toks)) * 8 > (1 << self._bits):
+        if self._bits < self._maxbits:
             self._grow(self._n + len(block.toks))
         counts = self._counts
         fps = self._fps
