@@ -569,9 +569,10 @@ class Proxy:
                 # The deadline is pushed back at most once per ``step`` while bytes arrive.
                 # When it expires the clock-driven detectors look, and reading goes on
                 # unless their verdict stops the attempt (not in shadow mode) or nothing
-                # came for ``read_timeout``. ``quiet_since``: no byte since then at least.
-                deadline_at = loop.time() + window + step if window < math.inf else None
-                quiet_since: float | None = None
+                # came for ``read_timeout``. No byte came after ``heard_by``: a byte read
+                # later pushes the deadline back, to ``window`` after the new ``heard_by``.
+                heard_by = loop.time() + step
+                deadline_at = heard_by + window if window < math.inf else None
                 while True:
                     writing = False
                     try:
@@ -592,9 +593,9 @@ class Proxy:
                                     writing = False
                                 if attempt.stopped:
                                     break
-                                if deadline_at is not None and now > deadline_at - window:
-                                    deadline_at = now + window + step
-                                    quiet_since = None
+                                if deadline_at is not None and now > heard_by:
+                                    heard_by = now + step
+                                    deadline_at = heard_by + window
                                     deadline.reschedule(deadline_at)
                         break
                     except TimeoutError:
@@ -605,12 +606,10 @@ class Proxy:
                             # A client slow to take bytes held the write past the deadline
                             # (the bytes are in the transport already): upstream is not
                             # silent, nothing was read meanwhile.
-                            deadline_at, quiet_since = now + window + step, None
+                            heard_by = now + step
+                            deadline_at = heard_by + window
                             continue
-                        if quiet_since is None and deadline_at is not None:
-                            quiet_since = deadline_at - window
-                        if (read_timeout is not None and quiet_since is not None
-                                and now - quiet_since >= read_timeout):
+                        if read_timeout is not None and now - heard_by >= read_timeout:
                             raise aiohttp.ServerTimeoutError(
                                 f"no bytes from upstream for {read_timeout:g} s") from None
                         if attempt.tick(now) is not None and attempt.stopped:
