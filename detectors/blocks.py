@@ -17,8 +17,6 @@ from detectors.tokenize import CJK_RANGES, TOKEN_RE
 BLOCK_CHARS = 256
 #: A word longer than this is processed in pieces rather than carried forever.
 _MAX_CARRY = 128
-#: How much of the channel's recent text a block exposes.
-TAIL_CHARS = 8192
 #: Longest indentation kept on a line-break token (more is dropped like other whitespace).
 _MAX_INDENT = 64
 _DETECT_RE = re.compile(rf"{TOKEN_RE.pattern}|\n[ \t]{{0,{_MAX_INDENT}}}")
@@ -38,20 +36,17 @@ class Block:
     text: str
     toks: list[str]
     end: int
-    #: The channel's last :data:`TAIL_CHARS` characters up to ``end`` (for period search).
-    tail: str
 
 
 class Blocker:
     """Accumulates a channel's deltas and hands out :class:`Block` values."""
 
-    __slots__ = ("_carry", "_parts", "_pending", "_tail", "chars")
+    __slots__ = ("_carry", "_parts", "_pending", "chars")
 
     def __init__(self) -> None:
         self._parts: list[str] = []
         self._pending = 0
         self._carry = ""
-        self._tail = ""
         #: Characters of this channel seen so far.
         self.chars = 0
 
@@ -90,8 +85,4 @@ class Blocker:
             ):
                 self._carry = last
                 toks.pop()
-        tail = self._tail + piece
-        if len(tail) > TAIL_CHARS:
-            tail = tail[-TAIL_CHARS:]
-        self._tail = tail
-        return Block(piece, toks, end, tail)
+        return Block(piece, toks, end)

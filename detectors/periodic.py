@@ -3,24 +3,36 @@
 Covers exact loops of any period from one character (``9999...``, ``.\\n\\n.\\n\\n``, emoji
 runs) up to ``max_period`` characters, in any script: it compares characters, not words.
 
-At each block the last :data:`_ANCHOR` characters are looked up in the recent tail with
+At each block the last :data:`_ANCHOR` characters are looked up in the recent text with
 ``str.rfind`` (C speed); the nearest earlier copy gives the candidate period ``p``. The
-largest ``L`` with ``tail[-L:] == tail[-L-p:-p]`` is then found by doubling and bisection,
+largest ``L`` with ``text[-L:] == text[-L-p:-p]`` is then found by doubling and bisection,
 so the repeating span is ``L + p`` and the unit was seen ``(L + p) / p`` times.
+
+Memory: the analyzer keeps only the last ``max_period + 256 + 32`` characters (1,312 by
+default), not the whole run. It follows one run from block to block instead: a run of
+period ``q`` goes on while each new block equals the ``q`` characters before it (one slice
+comparison), so its start stays known however long it gets, and the span is counted from
+that start. The nearest copy of the anchor is what starts a run being followed; a followed
+run that is still going is kept even when the anchor finds a nearer copy inside the unit,
+and a verdict may come from either. A run starts being followed with an exact start while
+it is shorter than the window, which a loop is when its period first shows; only a run that
+grew past the window while never being the nearest period is counted from the window's
+start, an under-count that can only delay a verdict.
 """
 
 from __future__ import annotations
 
 from detectors.analyzer import Finding, excerpt
 from detectors.base import Evidence
-from detectors.blocks import TAIL_CHARS, Block
+from detectors.blocks import BLOCK_CHARS, Block
 
 _ANCHOR = 32
 
 
 def periodic_span(tail: str, max_period: int) -> tuple[int, int]:
     """Return ``(period, span)`` of the verbatim repetition that ends ``tail``
-    (``(0, 0)`` when the last :data:`_ANCHOR` characters have no earlier copy)."""
+    (``(0, 0)`` when the last :data:`_ANCHOR` characters have no earlier copy). The span is
+    at most ``len(tail)``."""
     n = len(tail)
     if n < 2 * _ANCHOR:
         return 0, 0
@@ -53,20 +65,53 @@ def periodic_span(tail: str, max_period: int) -> tuple[int, int]:
 class PeriodicAnalyzer:
     """Block analyzer for one channel; see the module docstring."""
 
-    __slots__ = ("_max_period", "_min_repeats", "_min_span")
+    __slots__ = ("_keep", "_max_period", "_min_repeats", "_min_span", "_q", "_recent", "_start")
 
     def __init__(self, min_repeats: int, min_span: int, max_period: int) -> None:
+        if max_period < 1:
+            raise ValueError("periodic_max_period must be at least 1")
         self._min_repeats = min_repeats
         self._min_span = min_span
-        self._max_period = min(max_period, TAIL_CHARS // 2)
+        self._max_period = max_period
+        # Enough for the anchor's search (max_period + _ANCHOR back) and for the block and
+        # a period before it (BLOCK_CHARS + max_period back).
+        self._keep = max_period + BLOCK_CHARS + _ANCHOR
+        self._recent = ""
+        # The run being followed: its period (0: none) and the channel offset it starts at.
+        self._q = 0
+        self._start = 0
 
     def analyze(self, block: Block) -> Finding | None:
         """Check whether the channel now ends in enough verbatim repeats."""
-        p, span = periodic_span(block.tail, self._max_period)
-        if p == 0 or span < self._min_span or span < self._min_repeats * p:
+        recent = self._recent + block.text
+        if len(recent) > self._keep:
+            recent = recent[-self._keep :]
+        self._recent = recent
+        q = self._q
+        if q and recent[-BLOCK_CHARS - q : -q] != recent[-BLOCK_CHARS:]:
+            q = 0  # the block broke the run that was followed
+        p, span = periodic_span(recent, self._max_period)
+        if p and p == q:
+            span = block.end - self._start  # the followed run, from its start
+        if not q and p:
+            # Follow the nearest period's run. Its start is exact unless the run already
+            # fills the window (see the module docstring).
+            q = p
+            self._start = block.end - span
+        self._q = q
+        if q and q != p:
+            # The nearest copy of the anchor is closer than the followed run's period (the
+            # anchor recurs inside the unit): the followed run is the loop, if any.
+            q_span = block.end - self._start
+            if self._fires(q, q_span) and not self._fires(p, span):
+                p, span = q, q_span
+        if not p or not self._fires(p, span):
             return None
-        unit = block.tail[-p:]
+        unit = recent[-p:]
         return Finding(
             f"the last {span} characters repeat a {p}-character unit {span // p} times",
             Evidence(excerpt(unit), p, span // p),
         )
+
+    def _fires(self, period: int, span: int) -> bool:
+        return span >= self._min_span and span >= self._min_repeats * period

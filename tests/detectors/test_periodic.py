@@ -1,0 +1,125 @@
+"""The periodic-tail analyzer keeps a short window but counts whole runs.
+
+The reference here is the rule the analyzer implements, computed on the channel's whole
+text at every block: the nearest earlier copy of the last 32 characters gives the period,
+and the span is the exact length of the verbatim run of that period (no window at all).
+"""
+
+from __future__ import annotations
+
+import random
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from detectors.blocks import BLOCK_CHARS, Blocker
+from detectors.periodic import PeriodicAnalyzer, periodic_span
+
+MIN_REPEATS, MIN_SPAN, MAX_PERIOD = 8, 400, 1024
+
+
+def _run(text: str, max_period: int = MAX_PERIOD,
+         min_repeats: int = MIN_REPEATS) -> list[tuple[int, int, int] | None]:
+    """(end, period, repeats) of the analyzer's finding at each block, or None."""
+    analyzer = PeriodicAnalyzer(min_repeats, MIN_SPAN, max_period)
+    out: list[tuple[int, int, int] | None] = []
+    for block in Blocker().push(text) or []:
+        found = analyzer.analyze(block)
+        out.append(None if found is None else
+                   (block.end, found.evidence.period, found.evidence.count))
+    return out
+
+
+def _reference(text: str, max_period: int = MAX_PERIOD,
+               min_repeats: int = MIN_REPEATS) -> list[tuple[int, int, int] | None]:
+    out: list[tuple[int, int, int] | None] = []
+    for end in range(BLOCK_CHARS, len(text) + 1, BLOCK_CHARS):
+        p, span = periodic_span(text[:end], max_period)
+        fires = p and span >= MIN_SPAN and span >= min_repeats * p
+        out.append((end, p, span // p) if fires else None)
+    return out
+
+
+def _is_run(text: str, end: int, period: int, repeats: int) -> bool:
+    """Whether ``text[:end]`` really ends in ``repeats`` copies of a ``period`` unit."""
+    span = period * repeats
+    head = text[:end]
+    return span <= end and head[end - span + period :] == head[end - span : end - period]
+
+
+def test_a_run_longer_than_the_window_keeps_its_count() -> None:
+    """A 1,000-character unit repeated verbatim fires at its eighth copy (8,000 characters,
+    six times the 1,312-character window), with the same count as the whole-text rule."""
+    rng = random.Random(7)
+    unit = "".join(rng.choice("abcdefghij klmnop\n") for _ in range(1000))
+    text = "Start of the reasoning. " * 20 + unit * 10
+    got, ref = _run(text), _reference(text)
+    first = next(f for f in got if f)
+    assert first == next(f for f in ref if f)
+    assert first[1:] == (1000, 8)
+    assert got == ref
+
+
+def test_the_window_stays_short() -> None:
+    """Whatever the text's length, the analyzer holds max_period + 288 characters."""
+    analyzer = PeriodicAnalyzer(MIN_REPEATS, MIN_SPAN, MAX_PERIOD)
+    text = "".join(f"no loop here, just text number {i}. " for i in range(2000))
+    for block in Blocker().push(text) or []:
+        analyzer.analyze(block)
+    assert len(analyzer._recent) == MAX_PERIOD + BLOCK_CHARS + 32
+
+
+def test_a_nearer_copy_inside_the_unit_does_not_lose_the_run() -> None:
+    """A unit that is mostly 'ab' repeated, with one mark: where the anchor falls in the
+    'abab' part its nearest copy is 2 characters back, a short run. The followed run of
+    the real period keeps its count, so the loop fires; the whole-text rule, which only
+    asks the nearest copy, fires later if at all (here: not in 12 copies)."""
+    unit = "ab" * 150 + "X"  # period 301
+    text = "Some reasoning first, then it loops.\n" * 10 + unit * 12
+    got, ref = _run(text), _reference(text)
+    first = next(i for i, f in enumerate(got) if f)
+    assert first <= next((i for i, f in enumerate(ref) if f), len(ref))
+    end, period, repeats = got[first]  # type: ignore[misc]
+    assert period == len(unit)
+    assert repeats >= MIN_REPEATS
+    assert _is_run(text, end, period, repeats)
+
+
+def test_a_broken_run_starts_over() -> None:
+    """A changed character ends the run: the loop after it is counted from its own start,
+    as the whole-text rule counts it."""
+    unit = "Let me recount the apples once more. "  # 37 characters
+    text = unit * 12 + "But wait, the pears! " + unit * 30
+    got = _run(text)
+    assert got == _reference(text)
+    after = [f for f in got if f and f[0] > len(unit * 12) + 21 + 256]
+    assert after
+    assert all(f[2] * f[1] <= f[0] - len(unit * 12) for f in after)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    prefix=st.text(alphabet="abc xyz.\n", max_size=600),
+    pieces=st.lists(
+        st.tuples(st.text(alphabet="abXc\n ", min_size=1, max_size=400),
+                  st.integers(min_value=1, max_value=40)),
+        min_size=1, max_size=5),
+    max_period=st.sampled_from([64, 300, 1024]),
+    min_repeats=st.sampled_from([2, 4, 8]),
+)
+def test_findings_are_true_and_never_later_than_the_whole_text_rule(
+        prefix: str, pieces: list[tuple[str, int]], max_period: int, min_repeats: int) -> None:
+    """Every finding is a real verbatim run of the claimed period and count, and at each
+    block where the whole-text rule fires, the analyzer fires too."""
+    text = prefix + "".join(unit * times for unit, times in pieces)
+    got = _run(text, max_period, min_repeats)
+    ref = _reference(text, max_period, min_repeats)
+    assert len(got) == len(ref)
+    for mine, theirs in zip(got, ref, strict=True):
+        if theirs is not None:
+            assert mine is not None
+            assert mine[2] >= theirs[2] or mine[1] != theirs[1]
+        if mine is not None:
+            assert _is_run(text, *mine)
+            assert mine[2] >= min_repeats
+            assert mine[1] * (mine[2] + 1) > MIN_SPAN
