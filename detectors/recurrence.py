@@ -33,24 +33,26 @@ recurrence does not matter, only that the text brings nothing new. A number that
 line is folded to ``#`` so a counter that keeps going does not look like new content;
 other numbers are kept, so "Year 5: ... Year 6: ..." arithmetic still reads as progress.
 
-The table has up to ``2 * history`` one-byte counters, each with a one-byte fingerprint,
-probed in pairs (slot, slot ^ 1): a shingle is *seen* only when its fingerprint matches,
-so collisions do not fake recurrence (a full pair drops the shingle, which can only
-under-count). A shingle's slot is the top bits of its hash, as many as the table is large,
-and its fingerprint the 8 bits below those of the full-size table, so a table that grows
-keeps every fingerprint. A ring remembers where each of the last ``history`` shingles
-went, so the oldest is forgotten once the ring is full (while the table grows it keeps each
+The table has up to ``2 * history`` four-bit counters, each with a one-byte fingerprint,
+probed in pairs (slot, slot ^ 1) whose two counters share a byte: a shingle is *seen* only
+when its fingerprint matches, so collisions do not fake recurrence (a full pair drops the
+shingle, which can only under-count). A counter stops at 15: a shingle seen more often
+within the history (a loop long past its verdict) is under-counted as its copies expire.
+A shingle's slot is the top bits of its hash, as many as the table is large, and its
+fingerprint the 8 bits below those of the full-size table, so a table that grows keeps
+every fingerprint. A ring remembers where each of the last ``history`` shingles went, so
+the oldest is forgotten once the ring is full (while the table grows it keeps each
 shingle's full-size slot and which slot of its pair it took, to insert it again).
 
 Memory grows with the text. The table is allocated by the channel's first 256-character
 block, sized to at least eight slots per shingle the ring will hold after that block
 (1,024 slots at least), and doubles, re-inserting the ring's shingles in their order,
-until it has its full ``2 * history`` slots (16 + 16 KiB at the default 8192) once the
+until it has its full ``2 * history`` slots (8 + 16 KiB at the default 8192) once the
 ring holds more than ``history / 8`` shingles. Until then it holds at most one ring entry
 per eight slots, a quarter of the full-size table's load once the ring is full, so it
 drops fewer shingles than that table does. The ring takes 2 bytes per shingle (3 while
 the table grows) up to ``history`` of them (16 KiB), then wraps. A stream idle after 400
-tokens (about 370 shingles) holds 8 KiB of table, not 32.
+tokens (about 370 shingles) holds 6 KiB of table, not 24.
 """
 
 from __future__ import annotations
@@ -68,8 +70,10 @@ _BASE = 0x100000001B3
 _MIX = 0x9E3779B97F4A7C15
 #: Ring entry of a shingle the table had no room for (nothing to forget when it expires).
 _DROPPED = 0xFFFF
-#: The smallest table, in bits (1,024 slots, 2 KiB with the fingerprints).
+#: The smallest table, in bits (1,024 slots, 1.5 KiB with the fingerprints).
 _MIN_BITS = 10
+#: A counter's largest value (four bits).
+_TOP = 15
 #: Blocks with fewer shingles than this (symbol runs) leave the evidence as it is.
 _MIN_SHINGLES = 8
 #: A line ending with one of these opens a block: indented lines after it may be code.
@@ -78,15 +82,21 @@ _OPENERS = frozenset(":{([=,\\")
 _BULLETS = frozenset("-*+>•·")
 
 
-def _other_slot(counts: bytearray, fps: bytearray, slot: int, fp: int) -> int:
+def _count(pairs: bytearray, slot: int) -> int:
+    """The counter of ``slot``: the low four bits of its pair's byte for an even slot, the
+    high four for an odd one."""
+    return (pairs[slot >> 1] >> ((slot & 1) << 2)) & _TOP
+
+
+def _other_slot(pairs: bytearray, fps: bytearray, slot: int, fp: int) -> int:
     """Where a shingle goes whose own ``slot`` holds another fingerprint or nothing: the
     pair's other slot if that holds ``fp``; else the first free slot of the pair, whose
     fingerprint becomes ``fp``; else ``_DROPPED`` (the pair is full)."""
     alt = slot ^ 1
-    c2 = counts[alt]
+    c2 = _count(pairs, alt)
     if c2 and fps[alt] == fp:
         return alt
-    if not counts[slot]:
+    if not _count(pairs, slot):
         fps[slot] = fp
         return slot
     if not c2:
@@ -103,7 +113,6 @@ class RecurrenceAnalyzer:
         "_code",
         "_code1",
         "_code2",
-        "_counts",
         "_drift",
         "_evidence",
         "_fence",
@@ -118,6 +127,7 @@ class RecurrenceAnalyzer:
         "_min_seen",
         "_n",
         "_opener",
+        "_pairs",
         "_pow",
         "_prev_code",
         "_ring",
@@ -155,7 +165,7 @@ class RecurrenceAnalyzer:
         # or sits idle, before 256 characters of this channel never pays for it) and grows
         # with the ring (``_grow``); ``_bits`` is its current size in bits.
         self._bits = 0
-        self._counts = bytearray()
+        self._pairs = bytearray()  # a pair's two counters, low nibble for the even slot
         self._fps = bytearray()
         # While the table grows, a ring entry is the shingle's slot in the full-size table
         # and ``_second`` says whether it went to its pair's second slot (what ``_grow``
@@ -216,7 +226,7 @@ class RecurrenceAnalyzer:
             return
         old_fps, old_less = self._fps, self._maxbits - self._bits
         less = self._maxbits - bits
-        counts = bytearray(1 << bits)
+        pairs = bytearray(1 << (bits - 1))
         fps = bytearray(1 << bits)
         ring, second = self._ring, self._second
         # The table is full-size long before the ring wraps (at ``history / 8`` entries
@@ -226,20 +236,20 @@ class RecurrenceAnalyzer:
                 continue
             fp = old_fps[(full >> old_less) ^ second[i]]
             slot = full >> less
-            c = counts[slot]
+            c = _count(pairs, slot)
             if not c or fps[slot] != fp:
-                slot = _other_slot(counts, fps, slot, fp)
+                slot = _other_slot(pairs, fps, slot, fp)
                 if slot == _DROPPED:
                     ring[i] = _DROPPED
                     continue
-                c = counts[slot]
-            if c < 255:
-                counts[slot] = c + 1
+                c = _count(pairs, slot)
+            if c < _TOP:
+                pairs[slot >> 1] += 1 << ((slot & 1) << 2)
             if less:
                 second[i] = slot ^ (full >> less)
             else:
                 ring[i] = slot
-        self._counts, self._fps, self._bits = counts, fps, bits
+        self._pairs, self._fps, self._bits = pairs, fps, bits
         if not less:
             self._second = bytearray()
 
@@ -247,7 +257,7 @@ class RecurrenceAnalyzer:
         """Score the block's shingles, then the window and the accumulated evidence."""
         if self._bits < self._maxbits:
             self._grow(self._n + len(block.toks))
-        counts = self._counts
+        pairs = self._pairs
         fps = self._fps
         ring = self._ring
         last = self._last
@@ -265,7 +275,7 @@ class RecurrenceAnalyzer:
         n_seen = self._seen_tokens
         pw = self._pow
         filled = self._n
-        base, mask, mix, dropped = _BASE, _MASK, _MIX, _DROPPED
+        base, mask, mix, dropped, ctop = _BASE, _MASK, _MIX, _DROPPED, _TOP
         top = 0
         rec = rec1 = n = 0
         # Code state, by position in the token stream (see "Code" in the module docstring).
@@ -317,11 +327,13 @@ class RecurrenceAnalyzer:
             mixed = (rolling * mix) & mask
             slot = mixed >> sshift
             fp = (mixed >> fshift) & 0xFF
-            c = counts[slot]
+            pi = slot >> 1
+            b = pairs[pi]
+            c = (b >> 4) if slot & 1 else (b & 15)
             if not c or fps[slot] != fp:
                 # ``_other_slot``, inlined: a call here costs 10 % of the analyzer's time.
                 alt = slot ^ 1
-                c2 = counts[alt]
+                c2 = (b >> 4) if alt & 1 else (b & 15)
                 if c2 and fps[alt] == fp:
                     slot, c = alt, c2
                 elif not c:
@@ -344,12 +356,17 @@ class RecurrenceAnalyzer:
                     if c >= min_seen:
                         rec += 1
                         top = max(top, c)
-            if slot != dropped and c < 255:
-                counts[slot] = c + 1
+            if slot != dropped and c < ctop:
+                pairs[pi] = b + (16 if slot & 1 else 1)
             if filled >= hist:  # the table is full-size (see ``_grow``)
                 o = ring[rpos]
-                if o != dropped and counts[o]:
-                    counts[o] -= 1
+                if o != dropped:
+                    b = pairs[o >> 1]
+                    if o & 1:
+                        if b >> 4:
+                            pairs[o >> 1] = b - 16
+                    elif b & 15:
+                        pairs[o >> 1] = b - 1
                 ring[rpos] = slot
                 rpos = rpos + 1 if rpos + 1 < hist else 0
             else:  # the ring grows to ``history`` entries, then wraps

@@ -107,7 +107,7 @@ def test_each_text_detector_stays_under_64_kib() -> None:
 
 def test_chain_allocates_recurrence_tables_only_once_text_arrives() -> None:
     """A stream idle before its first 256-character block holds no recurrence tables; the
-    first block allocates the smallest (1,024 slots: 2 KiB), not the full 32 KiB."""
+    first block allocates the smallest (1,024 slots: 1.5 KiB), not the full 24 KiB."""
     tracemalloc.start()
     base = tracemalloc.get_traced_memory()[0]
     chain = default_chain(DetectorConfig())
@@ -142,22 +142,52 @@ def _held(words: int, history: int) -> int:
 
 
 def test_table_and_ring_grow_with_the_text() -> None:
-    """The table holds eight slots (2 bytes each) per shingle, rounded up to a power of
+    """The table holds eight slots (1.5 bytes each) per shingle, rounded up to a power of
     two, until it reaches its full ``2 * history`` slots past ``history / 8`` shingles;
     the ring costs 2-3 bytes per shingle until it holds ``history`` of them, then wraps.
     A short stream does not pay for the whole history up front, a long one does not grow
     past it."""
     history = DetectorConfig().recurrence_history
-    full = 4 * history  # counters and fingerprints
+    full = 3 * history  # four-bit counters and one-byte fingerprints
     fixed = 4 * 1024  # the analyzer itself, its window and its spare room, at most
-    # 300 shingles: a 4,096-slot table (8 KiB) and the ring, not 32 KiB.
-    assert 8 * 1024 <= _held(300, history) < 8 * 1024 + 3 * 300 + fixed
+    # 300 shingles: a 4,096-slot table (6 KiB) and the ring, not 24 KiB.
+    assert 6 * 1024 <= _held(300, history) < 6 * 1024 + 3 * 300 + fixed
     # Past history / 8 shingles the table is full-size.
     assert full <= _held(1_200, history) < full + 2 * 1_200 + fixed
     # Past the history the ring is full (2 * history bytes) and stops growing.
     ring_full = _held(history + 500, history)
     assert full + 2 * history <= ring_full < full + 2 * history + fixed
     assert abs(_held(3 * history, history) - ring_full) < 1024
+
+
+def test_saturated_counters_expire_without_touching_their_pair() -> None:
+    """Counters stop at 15. A phrase looped far past that, then forgotten, leaves no count
+    behind, and its pair neighbours keep theirs: once the ring holds only fresh shingles,
+    the counters add up to exactly the ring's entries (nothing left over, nothing taken
+    from a neighbour)."""
+    history = 256
+    analyzer = RecurrenceAnalyzer(2, history, 2, 1, 2.0, 0.45, float("inf"))
+    blocker = Blocker()
+    loop = "the same two words again and again " * 200
+    fresh = " ".join(f"w{i}x{i * 7919 % 10007}" for i in range(3 * history))
+    for block in blocker.push(loop + fresh) or []:
+        assert analyzer.analyze(block) is None
+    pairs = analyzer._pairs
+    counts = [(b & 15) for b in pairs] + [(b >> 4) for b in pairs]
+    kept = [slot for slot in analyzer._ring if slot != 0xFFFF]
+    assert max(counts) < 15  # fresh text: the loop's counters are gone
+    assert sum(counts) == len(kept)
+    for slot in kept:
+        assert (pairs[slot >> 1] >> ((slot & 1) << 2)) & 15 >= 1
+
+
+def test_a_looped_shingle_counts_up_to_15() -> None:
+    """The evidence of a verbatim loop reports at most 16 sightings: the counter stops at
+    15 and the loop is not lost because of it."""
+    loop = "Let me check the seventh jug once more before moving on. " * 60
+    verdict = feed_text(loop)
+    assert verdict is not None
+    assert 2 <= verdict.evidence.count <= 16
 
 
 def test_counts_survive_the_table_growing() -> None:
