@@ -215,6 +215,7 @@ class Proxy:
                 async for chunk in up.content.iter_any():
                     sent += len(chunk)
                     await resp.write(chunk)
+                    del chunk  # not held while the next read waits
                 await resp.write_eof()
                 return resp
         except asyncio.CancelledError:
@@ -587,10 +588,15 @@ class Proxy:
                                         await sink.write(tail)
                                     break
                                 out = attempt.feed(chunk, now)
+                                # Neither the read nor what it became stays bound while
+                                # the next read waits: an idle stream would hold both
+                                # (up to a whole coalesced read each).
+                                del chunk
                                 if out:
                                     writing = True
                                     await sink.write(out)
                                     writing = False
+                                del out
                                 if attempt.stopped:
                                     break
                                 if deadline_at is not None and now > heard_by:
