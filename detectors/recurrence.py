@@ -82,21 +82,20 @@ _OPENERS = frozenset(":{([=,\\")
 _BULLETS = frozenset("-*+>•·")
 
 
-def _count(pairs: bytearray, slot: int) -> int:
-    """The counter of ``slot``: the low four bits of its pair's byte for an even slot, the
-    high four for an odd one."""
-    return (pairs[slot >> 1] >> ((slot & 1) << 2)) & _TOP
-
-
 def _other_slot(pairs: bytearray, fps: bytearray, slot: int, fp: int) -> int:
     """Where a shingle goes whose own ``slot`` holds another fingerprint or nothing: the
     pair's other slot if that holds ``fp``; else the first free slot of the pair, whose
-    fingerprint becomes ``fp``; else ``_DROPPED`` (the pair is full)."""
+    fingerprint becomes ``fp``; else ``_DROPPED`` (the pair is full). A pair's byte holds
+    the even slot's counter in its low four bits, the odd slot's in its high four."""
+    b = pairs[slot >> 1]
     alt = slot ^ 1
-    c2 = _count(pairs, alt)
+    if slot & 1:
+        c, c2 = b >> 4, b & 15
+    else:
+        c, c2 = b & 15, b >> 4
     if c2 and fps[alt] == fp:
         return alt
-    if not _count(pairs, slot):
+    if not c:
         fps[slot] = fp
         return slot
     if not c2:
@@ -236,15 +235,16 @@ class RecurrenceAnalyzer:
                 continue
             fp = old_fps[(full >> old_less) ^ second[i]]
             slot = full >> less
-            c = _count(pairs, slot)
+            b = pairs[slot >> 1]
+            c = (b >> 4) if slot & 1 else (b & 15)
             if not c or fps[slot] != fp:
                 slot = _other_slot(pairs, fps, slot, fp)
                 if slot == _DROPPED:
                     ring[i] = _DROPPED
                     continue
-                c = _count(pairs, slot)
+                c = (b >> 4) if slot & 1 else (b & 15)
             if c < _TOP:
-                pairs[slot >> 1] += 1 << ((slot & 1) << 2)
+                pairs[slot >> 1] = b + (16 if slot & 1 else 1)
             if less:
                 second[i] = slot ^ (full >> less)
             else:
