@@ -41,24 +41,23 @@ class Block:
 class Blocker:
     """Accumulates a channel's deltas and hands out :class:`Block` values."""
 
-    __slots__ = ("_carry", "_parts", "_pending", "chars")
+    __slots__ = ("_buf", "_carry", "chars")
 
     def __init__(self) -> None:
-        self._parts: list[str] = []
-        self._pending = 0
+        # The text since the last block, one string: the deltas themselves are not kept
+        # (a list of them held ~25 small strings, 1.4 KiB, per idle stream).
+        self._buf = ""
         self._carry = ""
         #: Characters of this channel seen so far.
         self.chars = 0
 
     def push(self, text: str) -> list[Block] | None:
         """Take a delta; return the blocks it completes, or None (the common case)."""
-        n = len(text)
-        self.chars += n
-        self._parts.append(text)
-        self._pending += n
-        if self._pending < BLOCK_CHARS:
+        self.chars += len(text)
+        buf = self._buf + text
+        if len(buf) < BLOCK_CHARS:
+            self._buf = buf
             return None
-        buf = "".join(self._parts)
         blocks: list[Block] = []
         start_end = self.chars - len(buf)
         pos = 0
@@ -66,9 +65,7 @@ class Blocker:
             piece = buf[pos : pos + BLOCK_CHARS]
             pos += BLOCK_CHARS
             blocks.append(self._block(piece, start_end + pos))
-        rest = buf[pos:]
-        self._parts = [rest] if rest else []
-        self._pending = len(rest)
+        self._buf = buf[pos:]
         return blocks
 
     def _block(self, piece: str, end: int) -> Block:

@@ -21,8 +21,6 @@ counters and an 8-block window of per-script counts.
 
 from __future__ import annotations
 
-from collections import deque
-
 from detectors.analyzer import Finding, excerpt
 from detectors.base import Evidence
 from detectors.blocks import Block
@@ -77,7 +75,7 @@ class DegenerationAnalyzer:
         self._salad = 0
         self._symbol = 0
         self._last_symbol = ""
-        self._scripts: deque[list[int]] = deque()
+        self._scripts: list[list[int]] = []  # a list: a deque's block is 600 bytes
         self._totals = [0] * len(_NAMES)
 
     def analyze(self, block: Block) -> Finding | None:
@@ -135,7 +133,7 @@ class DegenerationAnalyzer:
         for i, c in enumerate(counts):
             totals[i] += c
         if len(window) > _SCRIPT_WINDOW:
-            for i, c in enumerate(window.popleft()):
+            for i, c in enumerate(window.pop(0)):
                 totals[i] -= c
         present = [_NAMES[i] for i, c in enumerate(totals) if c >= self._min_script]
         if len(present) < self._mix:

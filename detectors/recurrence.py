@@ -58,7 +58,6 @@ tokens (about 370 shingles) holds 6 KiB of table, not 24.
 from __future__ import annotations
 
 from array import array
-from collections import deque
 from zlib import crc32
 
 from detectors.analyzer import Finding, excerpt
@@ -180,7 +179,9 @@ class RecurrenceAnalyzer:
         self._evidence = evidence
         self._score = 0.0
         self._window = window_blocks
-        self._win: deque[tuple[int, int]] = deque()
+        # (recurring, shingles) of the last blocks: a list, as the window is a few blocks
+        # (a deque's first block alone is 600 bytes per analyzer).
+        self._win: list[tuple[int, int]] = []
         self._sum_n = 0
         self._sum_rec = 0
         self._last = [0] * shingle
@@ -391,7 +392,7 @@ class RecurrenceAnalyzer:
         self._sum_rec += rec
         self._sum_n += n
         if len(win) > self._window:
-            r0, n0 = win.popleft()
+            r0, n0 = win.pop(0)
             self._sum_rec -= r0
             self._sum_n -= n0
         if self._score >= self._evidence:

@@ -244,6 +244,23 @@ def _feed(chain: Chain, channel: Channel, text: str) -> Verdict | None:
     return None
 
 
+def test_a_chain_deep_in_its_reasoning_holds_under_40_kib() -> None:
+    """9,000 characters (about 2,000 tokens) into healthy reasoning, the whole chain holds
+    its full-size recurrence table (24 KiB), the ring, the periodic window and the rest
+    in under 40 KiB. It held 51 KiB with one-byte counters and an 8,192-character tail."""
+    thinking = "".join(_reasoning(i) for i in (32, 31, 30, 19))[:9000]
+    assert len(thinking) == 9000
+    pieces = split_deltas(thinking)
+    tracemalloc.start()
+    base = tracemalloc.get_traced_memory()[0]
+    chain = default_chain(DetectorConfig())
+    for piece in pieces:
+        assert chain.feed("thinking", piece, 1, 0.0) is None
+    held = tracemalloc.get_traced_memory()[0] - base
+    tracemalloc.stop()
+    assert 24 * 1024 <= held < 40 * 1024, held
+
+
 def test_chain_releases_thinking_state_once_the_answer_begins() -> None:
     """The answer's first 256-character block releases the thinking channel's tables, so a
     stream in its answer holds one channel's tables, not two."""
