@@ -230,6 +230,7 @@ async def ttfb(args: argparse.Namespace) -> dict[str, Any]:
 
 
 _STALL_TOKENS = 24  # what sim-stall sends before it goes silent
+_SIM_CONTEXT = 8192  # the simulator's max_model_len: prompt plus output
 
 
 #: Answer tokens a stream gets (``memory --answer``) before it goes idle: about 800
@@ -264,29 +265,34 @@ async def _hold_idle(url: str, n: int, tokens: int, settle: float,
     wait until each saw them and ``settle`` seconds passed, return (streams held,
     measure()) and close them."""
     seen = [0]
+    failures: list[Exception] = []
     ready = asyncio.Event()
     waves = asyncio.Condition()
     release = asyncio.Event()
     headers = {"Content-Type": "application/json"}
+    # No max_tokens: the simulator then allows what its context (8,192) leaves, as vLLM
+    # does; the stall fault stops each stream long before that.
     if answer:
-        body: dict[str, Any] = {"model": "sim-replay", "stream": True,
-                                "max_tokens": tokens + 4096}
+        body: dict[str, Any] = {"model": "sim-replay", "stream": True}
         headers |= {"X-Sim-Fault": "stall-mid-stream", "X-Sim-Fault-After": str(tokens)}
     elif tokens == _STALL_TOKENS:
         body = {"model": "sim-stall", "stream": True, "max_tokens": 4096}
     else:
-        body = {"model": "sim-long-thinking", "stream": True, "max_tokens": tokens + 4096}
+        body = {"model": "sim-long-thinking", "stream": True}
         headers |= {"X-Sim-Fault": "stall-mid-stream", "X-Sim-Fault-After": str(tokens)}
 
-    async def one(session: aiohttp.ClientSession, i: int) -> None:
+    async def stream(session: aiohttp.ClientSession, i: int) -> None:
         data = json.dumps({**body, "messages": [{"role": "user", "content": f"idle {i}"}]})
         async with session.post(url + "/v1/chat/completions", data=data,
                                 headers=headers) as resp:
+            if resp.status != 200:
+                raise RuntimeError(f"stream {i}: HTTP {resp.status}: "
+                                   f"{(await resp.read())[:300]!r}")
             got = 0
             while got < tokens:
                 chunk = await resp.content.readany()
                 if not chunk:
-                    return
+                    raise RuntimeError(f"stream {i} ended after {got} of {tokens} events")
                 got += chunk.count(b"\n\n")
             seen[0] += 1
             async with waves:
@@ -294,6 +300,13 @@ async def _hold_idle(url: str, n: int, tokens: int, settle: float,
             if seen[0] == n:
                 ready.set()
             await release.wait()
+
+    async def one(session: aiohttp.ClientSession, i: int) -> None:
+        try:
+            await stream(session, i)
+        except Exception as exc:  # reported by _hold_idle below, not lost in its task
+            failures.append(exc)
+            ready.set()
 
     async def open_in_waves(session: aiohttp.ClientSession) -> None:
         for start in range(0, n, wave):
@@ -309,6 +322,8 @@ async def _hold_idle(url: str, n: int, tokens: int, settle: float,
         try:
             # Each wave streams its tokens at the simulator's 200 tok/s.
             await asyncio.wait_for(ready.wait(), 60 + 2 * (n / wave) * (tokens / 200))
+            if failures:
+                raise failures[0]
             await asyncio.sleep(settle)
             value = measure()
         finally:
@@ -330,6 +345,9 @@ async def memory(args: argparse.Namespace) -> dict[str, Any]:
         replay = Path(tempfile.mkdtemp(prefix="memory-answer-")) / "answer.jsonl"
         replay.write_text(line + "\n", encoding="utf-8")
         extra = ("--replay", str(replay))
+    if tokens > _SIM_CONTEXT - 100:
+        raise SystemExit(f"memory: {tokens} token events per stream do not fit the "
+                         f"simulator's context of {_SIM_CONTEXT} tokens (prompt included)")
     sim = procs.simulator("simulator", 200.0, extra)
     out: dict[str, Any] = {}
     with running([sim], args.logs):
@@ -424,7 +442,8 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("memory", parents=[common])
     p.add_argument("--streams", type=int, default=1000)
     p.add_argument("--tokens", type=int, default=_STALL_TOKENS,
-                   help="token events each stream gets before it goes idle (default 24)")
+                   help="token events each stream gets before it goes idle (default 24; "
+                   "at most about 8,000, the simulator's context)")
     p.add_argument("--answer", action="store_true",
                    help=f"streams go idle {_ANSWER_TOKENS} tokens into their answer, after "
                         "--tokens tokens of reasoning (the answer phase of a stream)")

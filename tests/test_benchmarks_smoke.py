@@ -84,6 +84,15 @@ async def test_memory_holds_streams_idle_in_waves(stack: Stack) -> None:
     assert elapsed >= 3 * 0.4, elapsed
 
 
+async def test_memory_reports_a_stream_that_cannot_go_idle(stack: Stack) -> None:
+    """A stream refused by the server fails ``memory`` at once with the status and the
+    reason, instead of waiting out the idle timeout (a minute or more) for nothing."""
+    started = time.monotonic()
+    with pytest.raises(RuntimeError, match="HTTP 404"):
+        await _hold_idle(stack.url + "/no-such-prefix", 2, 30, 0.1, lambda: 0, wave=2)
+    assert time.monotonic() - started < 10
+
+
 def test_percentile_nearest_rank() -> None:
     """Nearest-rank percentiles: p50 of 1..10 is 5, p99 is 10, empty is NaN."""
     values = [float(v) for v in range(10, 0, -1)]
