@@ -19,6 +19,14 @@ from sidecar.config import Config
 from sidecar.metrics import Metrics
 
 CASE_HEADER = "X-Fuzz-Case"
+#: A 200 event-stream response head with chunked framing, for ``Reply`` data.
+SSE_CHUNKED_HEAD = (b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+                    b"Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n")
+
+
+def chunked(data: bytes) -> bytes:
+    """``data`` as one HTTP/1.1 chunk (no terminating zero-size chunk)."""
+    return f"{len(data):x}\r\n".encode() + data + b"\r\n"
 
 
 @dataclass
@@ -157,8 +165,7 @@ class FuzzCase:
             head += f"Content-Length: {len(body)}\r\n"
         elif self.framing == "chunked":
             head += "Transfer-Encoding: chunked\r\n"
-            body = (f"{len(body):x}\r\n".encode() + body + b"\r\n0\r\n\r\n") if body else (
-                b"0\r\n\r\n")
+            body = (chunked(body) if body else b"") + b"0\r\n\r\n"
         head += "Connection: close\r\n\r\n"
         return Reply(head.encode() + body, abort=self.abort)
 

@@ -11,19 +11,21 @@ import aiohttp
 import orjson
 import pytest
 
-from tests.reliability.harness import RawUpstream, Reply, start_sidecar
+from tests.reliability.harness import (
+    SSE_CHUNKED_HEAD,
+    RawUpstream,
+    Reply,
+    chunked,
+    start_sidecar,
+)
 from tests.sidecar.conftest import StackFactory
 
-HEAD = (b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
-        b"Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n")
 EVENT = (b'data: {"id":"c","object":"chat.completion.chunk","created":1,"model":"m",'
          b'"choices":[{"index":0,"delta":{"content":"hi"},"finish_reason":null}]}\n\n')
 BODY = orjson.dumps({"model": "m", "messages": [{"role": "user", "content": "x"}]})
 READ_TIMEOUT = 0.5
-
-
-def chunked(data: bytes) -> bytes:
-    return f"{len(data):x}\r\n".encode() + data + b"\r\n"
+#: One event, then silence (the connection stays open for 30 s).
+SILENT_AFTER_ONE = Reply(SSE_CHUNKED_HEAD + chunked(EVENT), stall=30)
 
 
 async def request(reply: Reply, *, stream: bool, path: str = "/v1/chat/completions",
@@ -55,7 +57,7 @@ async def test_silent_before_headers_is_504(stream: bool) -> None:
 
 async def test_silent_mid_stream_ends_with_error_event() -> None:
     """A stream that goes silent after a chunk ends with an in-stream 504 and [DONE]."""
-    status, data, took = await request(Reply(HEAD + chunked(EVENT), stall=30), stream=True)
+    status, data, took = await request(SILENT_AFTER_ONE, stream=True)
     assert status == 200
     assert data.startswith(EVENT)
     error = orjson.loads(data[len(EVENT) + 6 : data.index(b"\n\ndata: [DONE]")])["error"]
@@ -68,7 +70,7 @@ async def test_silent_mid_stream_ends_at_the_read_timeout_with_stall_detection_o
     """The stall detector's deadline also carries the read timeout: with a stall limit
     longer than the read timeout, a silent stream still ends at the read timeout, not
     before and not at the stall limit."""
-    status, data, took = await request(Reply(HEAD + chunked(EVENT), stall=30), stream=True,
+    status, data, took = await request(SILENT_AFTER_ONE, stream=True,
                                        stall=20.0)
     assert status == 200
     error = orjson.loads(data[len(EVENT) + 6 : data.index(b"\n\ndata: [DONE]")])["error"]
@@ -96,7 +98,7 @@ async def test_stream_slower_overall_than_the_read_timeout_completes(
 
 async def test_silent_mid_stream_nonstreaming_is_504() -> None:
     """A non-streaming client of a stream that goes silent gets a 504."""
-    status, data, took = await request(Reply(HEAD + chunked(EVENT), stall=30), stream=False)
+    status, data, took = await request(SILENT_AFTER_ONE, stream=False)
     assert status == 504
     assert orjson.loads(data)["error"]["code"] == 504
     assert took < READ_TIMEOUT + 2

@@ -14,10 +14,14 @@ import tracemalloc
 import aiohttp
 import orjson
 
-from tests.reliability.harness import RawUpstream, Reply, start_sidecar
+from tests.reliability.harness import (
+    SSE_CHUNKED_HEAD,
+    RawUpstream,
+    Reply,
+    chunked,
+    start_sidecar,
+)
 
-HEAD = (b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
-        b"Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n")
 EVENTS = 400
 
 
@@ -34,8 +38,7 @@ async def test_an_idle_stream_does_not_hold_its_last_read() -> None:
     before the fix the read and its output (two such blocks) stayed bound in the read
     loop while it waited for the next read."""
     burst = b"".join(_event(i) for i in range(EVENTS))
-    data = HEAD + f"{len(burst):x}\r\n".encode() + burst + b"\r\n"
-    upstream = RawUpstream(default=Reply(data, stall=30))
+    upstream = RawUpstream(default=Reply(SSE_CHUNKED_HEAD + chunked(burst), stall=30))
     await upstream.start()
     # No text detectors (their tables are not what this measures), no stall verdict.
     sidecar, _ = await start_sidecar(upstream.url, detectors={
