@@ -266,8 +266,8 @@ async def _hold_idle(url: str, n: int, tokens: int, settle: float,
     measure()) and close them."""
     seen = [0]
     failures: list[Exception] = []
-    ready = asyncio.Event()
-    waves = asyncio.Condition()
+    # Notified when a stream reaches its idle point or fails.
+    progress = asyncio.Condition()
     release = asyncio.Event()
     headers = {"Content-Type": "application/json"}
     # No max_tokens: the simulator then allows what its context (8,192) leaves, as vLLM
@@ -295,10 +295,8 @@ async def _hold_idle(url: str, n: int, tokens: int, settle: float,
                     raise RuntimeError(f"stream {i} ended after {got} of {tokens} events")
                 got += chunk.count(b"\n\n")
             seen[0] += 1
-            async with waves:
-                waves.notify_all()
-            if seen[0] == n:
-                ready.set()
+            async with progress:
+                progress.notify_all()
             await release.wait()
 
     async def one(session: aiohttp.ClientSession, i: int) -> None:
@@ -306,14 +304,15 @@ async def _hold_idle(url: str, n: int, tokens: int, settle: float,
             await stream(session, i)
         except Exception as exc:  # reported by _hold_idle below, not lost in its task
             failures.append(exc)
-            ready.set()
+            async with progress:
+                progress.notify_all()
 
     async def open_in_waves(session: aiohttp.ClientSession) -> None:
         for start in range(0, n, wave):
             end = min(n, start + wave)
             tasks.extend(asyncio.create_task(one(session, i)) for i in range(start, end))
-            async with waves:
-                await waves.wait_for(lambda end=end: seen[0] >= end)
+            async with progress:
+                await progress.wait_for(lambda end=end: seen[0] >= end or bool(failures))
 
     connector = aiohttp.TCPConnector(limit=0)
     tasks: list[asyncio.Task[None]] = []
@@ -321,7 +320,8 @@ async def _hold_idle(url: str, n: int, tokens: int, settle: float,
         opener = asyncio.create_task(open_in_waves(session))
         try:
             # Each wave streams its tokens at the simulator's 200 tok/s.
-            await asyncio.wait_for(ready.wait(), 60 + 2 * (n / wave) * (tokens / 200))
+            async with asyncio.timeout(60 + 2 * (n / wave) * (tokens / 200)), progress:
+                await progress.wait_for(lambda: seen[0] >= n or bool(failures))
             if failures:
                 raise failures[0]
             await asyncio.sleep(settle)
