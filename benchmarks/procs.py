@@ -52,17 +52,27 @@ def descendants(pid: int) -> list[int]:
     return out
 
 
-def _cpu_of(pid: int) -> float:
+def _times_of(pid: int) -> tuple[float, float]:
     try:
         fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     except OSError:
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / _TICK  # utime + stime, all threads
+        return 0.0, 0.0
+    return int(fields[11]) / _TICK, int(fields[12]) / _TICK  # utime, stime, all threads
+
+
+def cpu_times(pid: int) -> tuple[float, float]:
+    """User and system CPU seconds used so far by ``pid`` and its live descendants."""
+    user = system = 0.0
+    for p in descendants(pid):
+        u, s = _times_of(p)
+        user += u
+        system += s
+    return user, system
 
 
 def cpu_seconds(pid: int) -> float:
     """CPU seconds used so far by ``pid`` and its live descendants."""
-    return sum(_cpu_of(p) for p in descendants(pid))
+    return sum(cpu_times(pid))
 
 
 def rss_bytes(pid: int) -> int:

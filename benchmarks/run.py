@@ -19,7 +19,8 @@ Suites:
   ``parsing-noread``: the parsing floor without aiohttp's per-read ``sock_read`` timer),
   in the order A B C ... A B C ... for
   ``reps`` repetitions. Per run: the proxy's CPU seconds per 1,000 chunks (its
-  ``/proc`` CPU time delta over the run divided by the chunks the client received),
+  ``/proc`` CPU time delta over the run divided by the chunks the client received) and
+  the kernel's part of them,
   throughput, inter-chunk gap and lateness percentiles, errors. Table: medians.
 - ``ttfb``: C=1, ``requests`` sequential streams per configuration per repetition; the
   median time to first byte, and what each proxy adds to the direct figure.
@@ -43,6 +44,7 @@ import argparse
 import asyncio
 import functools
 import json
+import math
 import secrets
 import signal
 import statistics
@@ -57,7 +59,7 @@ import aiohttp
 
 from benchmarks import procs
 from benchmarks.loadgen import LoadSpec, install_uvloop, run_load
-from benchmarks.procs import Proc, cpu_seconds, rss_bytes, running
+from benchmarks.procs import Proc, cpu_seconds, cpu_times, rss_bytes, running
 
 CONFIGS = ("direct", "passthrough", "parsing", "shadow", "enforce")
 #: ``enforce-notext``: enforce with the text detectors switched off (budgets and stall
@@ -119,15 +121,19 @@ def _median(rows: list[dict[str, Any]], key: str) -> float:
 
 
 async def _measured(spec: LoadSpec, proxy: Proc | None, sim: Proc) -> dict[str, Any]:
-    cpu0 = cpu_seconds(proxy.pid) if proxy else 0.0
+    user0, sys0 = cpu_times(proxy.pid) if proxy else (0.0, 0.0)
     sim0 = cpu_seconds(sim.pid)
     result = await run_load(spec)
-    cpu = cpu_seconds(proxy.pid) - cpu0 if proxy else None
+    user1, sys1 = cpu_times(proxy.pid) if proxy else (0.0, 0.0)
+    cpu = (user1 - user0) + (sys1 - sys0) if proxy else None
     sim_cpu = cpu_seconds(sim.pid) - sim0
     row = asdict(result)
     per_k = 1000.0 / max(1, result.chunks)
     row["proxy_cpu_s"] = cpu
     row["proxy_cpu_per_1k"] = cpu * per_k if cpu is not None else None
+    # The kernel's share (socket reads and writes, epoll): the same for every proxy that
+    # makes the same system calls, so a difference between proxies is in user space.
+    row["proxy_sys_per_1k"] = (sys1 - sys0) * per_k if proxy else None
     row["sim_cpu_per_1k"] = sim_cpu * per_k
     return row
 
@@ -175,6 +181,7 @@ async def paced(args: argparse.Namespace) -> dict[str, Any]:
                     ("chunks/s", "chunks_per_s", "{:.0f}"),
                     ("offered/s", "offered_per_s", "{:.0f}"),
                     ("proxy CPU s / 1k chunks", "proxy_cpu_per_1k", "{:.4f}"),
+                    ("of which kernel", "proxy_sys_per_1k", "{:.4f}"),
                     ("sim CPU s / 1k", "sim_cpu_per_1k", "{:.4f}"),
                     ("gap p50 ms", "gap_p50_ms", "{:.1f}"),
                     ("gap p99 ms", "gap_p99_ms", "{:.1f}"),
@@ -191,9 +198,14 @@ async def paced(args: argparse.Namespace) -> dict[str, Any]:
                 continue
             ratio = [r["proxy_cpu_per_1k"] / b["proxy_cpu_per_1k"]
                      for r, b in zip(runs, base, strict=True) if b["proxy_cpu_per_1k"]]
+            user = [(r["proxy_cpu_per_1k"] - r["proxy_sys_per_1k"])
+                    / (b["proxy_cpu_per_1k"] - b["proxy_sys_per_1k"])
+                    for r, b in zip(runs, base, strict=True)
+                    if b["proxy_cpu_per_1k"] and b["proxy_cpu_per_1k"] > b["proxy_sys_per_1k"]]
             added = [r["gap_p99_ms"] - b["gap_p99_ms"] for r, b in zip(runs, base, strict=True)]
             late = [r["late_p99_ms"] - b["late_p99_ms"] for r, b in zip(runs, base, strict=True)]
-            print(f"  {name}: CPU/chunk x{statistics.median(ratio):.2f}, "
+            print(f"  {name}: CPU/chunk x{statistics.median(ratio):.2f} "
+                  f"(user space alone x{statistics.median(user) if user else math.nan:.2f}), "
                   f"gap p99 {statistics.median(added):+.1f} ms, "
                   f"late p99 {statistics.median(late):+.1f} ms")
     return {"suite": "paced", "args": _jsonable(args), "runs": rows}
