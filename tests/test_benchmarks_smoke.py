@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import time
 from collections.abc import AsyncIterator
 from dataclasses import asdict
@@ -11,8 +12,10 @@ from dataclasses import asdict
 import pytest
 from aiohttp.test_utils import TestServer
 
+from benchmarks import hotpath
 from benchmarks.floor import make_app as make_floor_app
 from benchmarks.loadgen import LoadResult, LoadSpec, percentile, run_load
+from benchmarks.procs import cpu_seconds, cpu_times
 from benchmarks.run import _ANSWER_TOKENS, _answer_trace, _hold_idle
 from benchmarks.separation import copied, hedging, stalled_vocabulary
 from tests.stack import Stack, start_stack, stop_stack
@@ -99,6 +102,34 @@ def test_percentile_nearest_rank() -> None:
     assert percentile(values, 50) == 5.0
     assert percentile(values, 99) == 10.0
     assert math.isnan(percentile([], 50))
+
+
+def test_hotpath_interleaved_reports_every_case(capsys: pytest.CaptureFixture[str]) -> None:
+    """``hotpath --interleave`` feeds more streams than it fetched, an event of each in
+    turn, and reports every case per event (the watch cases raise if a detector fires)."""
+    assert hotpath.main(["--streams", "2", "--max-tokens", "20", "--reps", "1",
+                         "--interleave", "5"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["interleave"] == 5
+    assert out["events"] % 5 == 0
+    assert out["events"] >= 5 * 20
+    assert set(out["us_per_event"]) == {"floor", "watch-nodetect", "watch-shadow",
+                                        "watch-enforce"}
+    assert all(v > 0 for v in out["us_per_event"].values())
+
+
+def test_cpu_times_split_user_and_kernel() -> None:
+    """A process's CPU time from /proc is user plus kernel, and user time grows while
+    Python computes (``/proc`` counts in clock ticks, so the spin is 0.3 s of CPU)."""
+    pid = os.getpid()
+    user0, sys0 = cpu_times(pid)
+    t0 = time.process_time()
+    while time.process_time() - t0 < 0.3:
+        sum(range(1000))
+    user1, sys1 = cpu_times(pid)
+    assert user1 - user0 >= 0.2
+    assert sys1 >= sys0 >= 0.0
+    assert cpu_seconds(pid) >= user1 + sys1
 
 
 def test_separation_copied_signal_grows_on_repeats_only() -> None:
