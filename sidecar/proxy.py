@@ -223,8 +223,11 @@ class Proxy:
             self.metrics.client_disconnect("passthrough")
             raise
         except (TimeoutError, aiohttp.ClientError, OSError) as exc:
+            # A write to a client that went away fails before aiohttp has dropped its
+            # transport (it is only closing): that is the client's doing, not upstream's.
             if isinstance(exc, (ConnectionResetError, aiohttp.ClientConnectionResetError)) and (
-                resp is not None and request.transport is None
+                resp is not None
+                and (request.transport is None or request.transport.is_closing())
             ):
                 outcome = "client_disconnect"
                 self.metrics.client_disconnect("passthrough")

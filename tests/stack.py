@@ -46,16 +46,21 @@ class Stack:
     async def sim_metric(self, name: str, **labels: str) -> float:
         """Sum of the simulator's samples called ``name`` whose labels include ``labels``."""
         async with aiohttp.ClientSession() as s, s.get(self.sim_url + "/metrics") as r:
-            text = await r.text()
-        total = 0.0
-        for line in text.splitlines():
-            m = re.match(r"^([^{\s]+)(\{([^}]*)\})?\s+(\S+)$", line)
-            if not m or m.group(1) != name:
-                continue
-            found = dict(re.findall(r'(\w+)="([^"]*)"', m.group(3) or ""))
-            if all(found.get(k) == v for k, v in labels.items()):
-                total += float(m.group(4))
-        return total
+            return sample_sum(await r.text(), name, **labels)
+
+
+def sample_sum(text: str, name: str, **labels: str) -> float:
+    """Sum of the samples called ``name`` in a Prometheus text page whose labels include
+    ``labels`` (0 when there is none)."""
+    total = 0.0
+    for line in text.splitlines():
+        m = re.match(r"^([^{\s]+)(\{([^}]*)\})?\s+(\S+)$", line)
+        if not m or m.group(1) != name:
+            continue
+        found = dict(re.findall(r'(\w+)="([^"]*)"', m.group(3) or ""))
+        if all(found.get(k) == v for k, v in labels.items()):
+            total += float(m.group(4))
+    return total
 
 
 async def start_stack(tokens_per_second: float = 0.0, **config: Any) -> Stack:

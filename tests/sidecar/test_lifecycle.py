@@ -6,6 +6,7 @@ import asyncio
 import os
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import time
@@ -15,6 +16,8 @@ from pathlib import Path
 import aiohttp
 import orjson
 import pytest
+
+from tests.stack import sample_sum
 
 
 def free_port() -> int:
@@ -36,8 +39,9 @@ def wait_port(port: int, proc: subprocess.Popen[bytes], timeout: float = 20.0) -
 
 
 class Node:
-    def __init__(self, tmp: Path) -> None:
+    def __init__(self, tmp: Path, tokens_per_second: int = 100) -> None:
         self.sim_port, self.port, self.mport = free_port(), free_port(), free_port()
+        self.rate = tokens_per_second
         self.config = tmp / "sidecar.toml"
         self.log = tmp / "sidecar.log"
         self.notify = tmp / "notify.sock"
@@ -54,7 +58,7 @@ class Node:
     def start(self) -> None:
         self.sim = subprocess.Popen(
             [sys.executable, "-m", "sidecar", "simulate", "--listen",
-             f"127.0.0.1:{self.sim_port}", "--tokens-per-second", "100"],
+             f"127.0.0.1:{self.sim_port}", "--tokens-per-second", str(self.rate)],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         wait_port(self.sim_port, self.sim)
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
@@ -89,6 +93,16 @@ class Node:
 @pytest.fixture
 def node(tmp_path: Path) -> Iterator[Node]:
     n = Node(tmp_path)
+    n.write_config('mode = "enforce"\n')
+    n.start()
+    yield n
+    n.stop()
+
+
+@pytest.fixture
+def flood_node(tmp_path: Path) -> Iterator[Node]:
+    """A node whose simulator streams as fast as it can (reads coalesce, writes queue)."""
+    n = Node(tmp_path, tokens_per_second=0)
     n.write_config('mode = "enforce"\n')
     n.start()
     yield n
@@ -184,3 +198,35 @@ async def test_sigusr1_logs_runtime_stats(node: Node) -> None:
     collections = stats["gc_collections"]
     assert isinstance(collections, list)
     assert len(collections) == 3
+
+
+async def test_reset_by_client_in_off_mode_is_a_client_disconnect(flood_node: Node) -> None:
+    """Clients that reset a pass-through stream (``X-Runaway-Mode: off``) while it floods
+    are counted as client disconnects. The served process (uvloop, handler cancellation)
+    sees the failed write before aiohttp drops the transport; before the fix that was
+    counted as an upstream error, which is what operators alert on."""
+    node = flood_node
+    payload = orjson.dumps({**LOOP, "max_tokens": 8000})
+    head = ("POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nX-Runaway-Mode: off\r\n"
+            f"Content-Type: application/json\r\nContent-Length: {len(payload)}\r\n\r\n")
+    rounds = 5
+    for _ in range(rounds):
+        reader, writer = await asyncio.open_connection("127.0.0.1", node.port)
+        writer.write(head.encode() + payload)
+        await reader.readexactly(4096)  # the stream has begun; the rest floods in unread
+        # Unread bytes and no linger: the close is a reset, as a killed client's is.
+        writer.get_extra_info("socket").setsockopt(
+            socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        writer.transport.abort()
+    deadline = time.monotonic() + 10
+    text = ""
+    while time.monotonic() < deadline:
+        text = (await get(node.murl() + "/metrics"))[1]
+        if sample_sum(text, "runaway_sidecar_requests_total", route="passthrough") >= rounds:
+            break
+        await asyncio.sleep(0.05)
+    assert sample_sum(text, "runaway_sidecar_requests_total", route="passthrough",
+                      outcome="client_disconnect") == rounds, text
+    assert sample_sum(text, "runaway_sidecar_client_disconnects_total",
+                      route="passthrough") == rounds
+    assert sample_sum(text, "runaway_sidecar_upstream_errors_total") == 0
