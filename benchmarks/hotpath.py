@@ -69,20 +69,30 @@ def _floor(stream: list[bytes]) -> int:
     return chars
 
 
+def _first_attempt(detectors: DetectorConfig, stop: bool) -> Attempt:
+    """A first attempt as the proxy makes it with the default ladder (``["no-think"]``):
+    no salvage step, so no reasoning is kept for one."""
+    return Attempt(route="chat", number=0, detectors=detectors, started_at=0.0,
+                   stop_on_verdict=stop, keep_reasoning=False)
+
+
+def _end(attempt: Attempt, now: float) -> int:
+    """End ``attempt``'s stream; the bytes it sends then. Raises if a detector fired: the
+    input is healthy text."""
+    sent = len(attempt.eof(now))
+    if attempt.verdict is not None:
+        raise RuntimeError(f"a detector fired on healthy text: {attempt.verdict}")
+    return sent
+
+
 def _watch(stream: list[bytes], detectors: DetectorConfig, stop: bool) -> int:
-    # As the proxy makes it with the default ladder (``["no-think"]``): no salvage step,
-    # so no reasoning is kept for one.
-    attempt = Attempt(route="chat", number=0, detectors=detectors, started_at=0.0,
-                      stop_on_verdict=stop, keep_reasoning=False)
+    attempt = _first_attempt(detectors, stop)
     sent = 0
     now = 0.0
     for chunk in stream:
         now += 0.02
         sent += len(attempt.feed(chunk, now))
-    sent += len(attempt.eof(now))
-    if attempt.verdict is not None:
-        raise RuntimeError(f"a detector fired on healthy text: {attempt.verdict}")
-    return sent
+    return sent + _end(attempt, now)
 
 
 def _floor_many(streams: list[list[bytes]]) -> int:
@@ -98,19 +108,14 @@ def _floor_many(streams: list[list[bytes]]) -> int:
 
 def _watch_many(streams: list[list[bytes]], detectors: DetectorConfig, stop: bool) -> int:
     """``_watch`` of every stream at once, one event of each in turn."""
-    attempts = [Attempt(route="chat", number=0, detectors=detectors, started_at=0.0,
-                        stop_on_verdict=stop, keep_reasoning=False) for _ in streams]
+    attempts = [_first_attempt(detectors, stop) for _ in streams]
     sent = 0
     now = 0.0
     for row in zip(*streams, strict=True):
         now += 0.02
         for attempt, chunk in zip(attempts, row, strict=True):
             sent += len(attempt.feed(chunk, now))
-    for attempt in attempts:
-        sent += len(attempt.eof(now))
-        if attempt.verdict is not None:
-            raise RuntimeError(f"a detector fired on healthy text: {attempt.verdict}")
-    return sent
+    return sent + sum(_end(attempt, now) for attempt in attempts)
 
 
 def main(argv: list[str] | None = None) -> int:
