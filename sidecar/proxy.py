@@ -223,11 +223,8 @@ class Proxy:
             self.metrics.client_disconnect("passthrough")
             raise
         except (TimeoutError, aiohttp.ClientError, OSError) as exc:
-            # A write to a client that went away fails before aiohttp has dropped its
-            # transport (it is only closing): that is the client's doing, not upstream's.
             if isinstance(exc, (ConnectionResetError, aiohttp.ClientConnectionResetError)) and (
-                resp is not None
-                and (request.transport is None or request.transport.is_closing())
+                resp is not None and _client_gone(request)
             ):
                 outcome = "client_disconnect"
                 self.metrics.client_disconnect("passthrough")
@@ -349,7 +346,7 @@ class Proxy:
             try:
                 await self._serve(request, ex, body, raw, detectors, sink)
             except (ConnectionResetError, aiohttp.ClientConnectionResetError):
-                if request.transport is not None and not request.transport.is_closing():
+                if not _client_gone(request):
                     raise
                 raise asyncio.CancelledError from None  # the client went away mid-write
             except Exception:
@@ -670,6 +667,14 @@ class Proxy:
 
 
 # -- helpers ---------------------------------------------------------------------------------
+
+
+def _client_gone(request: web.Request) -> bool:
+    """Whether the client's connection is gone or closing: a reset raised by a write to it
+    is then the client's doing, not the upstream's. A write to a client that went away
+    fails before aiohttp has dropped the transport, while it is only closing."""
+    transport = request.transport
+    return transport is None or transport.is_closing()
 
 
 class ClientBodyTimeout(Exception):
