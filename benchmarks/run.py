@@ -201,7 +201,7 @@ async def paced(args: argparse.Namespace) -> dict[str, Any]:
             user = [(r["proxy_cpu_per_1k"] - r["proxy_sys_per_1k"])
                     / (b["proxy_cpu_per_1k"] - b["proxy_sys_per_1k"])
                     for r, b in zip(runs, base, strict=True)
-                    if b["proxy_cpu_per_1k"] and b["proxy_cpu_per_1k"] > b["proxy_sys_per_1k"]]
+                    if b["proxy_cpu_per_1k"] > b["proxy_sys_per_1k"]]
             added = [r["gap_p99_ms"] - b["gap_p99_ms"] for r, b in zip(runs, base, strict=True)]
             late = [r["late_p99_ms"] - b["late_p99_ms"] for r, b in zip(runs, base, strict=True)]
             print(f"  {name}: CPU/chunk x{statistics.median(ratio):.2f} "
