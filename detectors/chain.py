@@ -8,6 +8,8 @@ verdict (detector, channel, at_char) does not depend on how the text was split i
 
 from __future__ import annotations
 
+import math
+import sys
 from collections.abc import Callable
 
 from detectors.analyzer import BlockAnalyzer
@@ -92,12 +94,15 @@ class Chain:
         "_answered",
         "_content",
         "_content_factories",
+        "_deadline",
         "_factories",
+        "_last_at",
         "_last_channel",
         "_seconds_budget",
         "_stall",
         "_thinking",
         "_token_budget",
+        "_token_limit",
         "chars",
         "content_tokens",
         "name",
@@ -126,9 +131,19 @@ class Chain:
             if config.thinking_seconds_budget is None
             else ThinkingSecondsBudget(config.thinking_seconds_budget, started_at)
         )
-        self._stall = (
-            None if config.stall_seconds is None else Stall(config.stall_seconds, started_at)
+        self._stall = None if config.stall_seconds is None else Stall(config.stall_seconds)
+        # What the per-delta path compares against, so a delta far from every budget makes
+        # no call: the budgets' own limits, or limits never reached when a budget is off.
+        self._token_limit = (
+            sys.maxsize if config.thinking_token_budget is None else config.thinking_token_budget
         )
+        self._deadline = (
+            math.inf
+            if config.thinking_seconds_budget is None
+            else started_at + config.thinking_seconds_budget
+        )
+        # When the last delta came (the start before the first): the stall detector's clock.
+        self._last_at = started_at
         self._last_channel: Channel = THINKING
         #: Thinking tokens fed so far.
         self.thinking_tokens = 0
@@ -148,22 +163,16 @@ class Chain:
         before = self.chars
         self.chars = before + len(text)
         self.tokens += tokens
-        if self._stall is not None:
-            self._stall.touch(now)
+        if now > self._last_at:  # noqa: PLR1730 (once per delta: a comparison costs less than max())
+            self._last_at = now
         self._last_channel = channel
         if channel == THINKING:
-            self.thinking_tokens += tokens
-            if not self.content_tokens:
-                if self._token_budget is not None:
-                    v = self._token_budget.check(self.thinking_tokens, self.tokens, self.chars)
-                    if v is not None:
-                        self.verdict = v
-                        return v
-                if self._seconds_budget is not None:
-                    v = self._seconds_budget.check(now, self.tokens, self.chars)
-                    if v is not None:
-                        self.verdict = v
-                        return v
+            thinking = self.thinking_tokens = self.thinking_tokens + tokens
+            if (thinking >= self._token_limit or now >= self._deadline) and not self.content_tokens:
+                v = self._budgets(now)
+                if v is not None:
+                    self.verdict = v
+                    return v
             stream = self._thinking
         else:
             self.content_tokens += tokens
@@ -172,11 +181,10 @@ class Chain:
             stream = self._content
         if not stream.analyzers:  # no text detector watches this channel: nothing to cut
             return None
-        blocker = stream.blocker
-        base = blocker.chars
-        blocks = blocker.push(text)
+        blocks = stream.blocker.push(text)
         if blocks is None:
             return None
+        base = stream.blocker.chars - len(text)  # the channel's characters before this delta
         if not self._answered and stream is self._content:
             # The answer has begun: 256 characters of content, not a line break before a
             # <think>. Thinking does not come back after the answer with the reasoning
@@ -199,6 +207,15 @@ class Chain:
                     return self.verdict
         return None
 
+    def _budgets(self, now: float) -> Verdict | None:
+        """The thinking budgets' verdict, token budget first (in the thinking phase)."""
+        v = None
+        if self._token_budget is not None:
+            v = self._token_budget.check(self.thinking_tokens, self.tokens, self.chars)
+        if v is None and self._seconds_budget is not None:
+            v = self._seconds_budget.check(now, self.tokens, self.chars)
+        return v
+
     def tick(self, now: float) -> Verdict | None:
         """Timer entry point: the stall detector and the wall-clock thinking budget."""
         if self.verdict is not None:
@@ -211,7 +228,7 @@ class Chain:
         ):
             v = self._seconds_budget.check(now, self.tokens, self.chars)
         if v is None and self._stall is not None:
-            v = self._stall.check(now, self._last_channel, self.tokens, self.chars)
+            v = self._stall.check(now, self._last_at, self._last_channel, self.tokens, self.chars)
         self.verdict = v
         return v
 

@@ -64,6 +64,30 @@ def test_seconds_budget_counts_from_started_at() -> None:
     assert chain.tick(200.0) is None
 
 
+def test_seconds_budget_fires_on_the_thinking_delta_that_reaches_it() -> None:
+    """Between ticks, the first thinking delta at or past the deadline fires it, with
+    that delta counted; one before the deadline does not."""
+    chain = default_chain(DetectorConfig(thinking_seconds_budget=5.0, stall_seconds=None),
+                          started_at=100.0)
+    assert chain.feed("thinking", "a", 1, 104.99) is None
+    verdict = chain.feed("thinking", "bc", 1, 105.0)
+    assert verdict is not None
+    assert (verdict.detector, verdict.at_token, verdict.at_char) == (
+        "thinking_seconds_budget", 2, 3)
+
+
+def test_budgets_do_not_fire_on_thinking_after_the_answer_began() -> None:
+    """Thinking that comes back after content (an inline ``<think>`` in the answer) is
+    not held to the thinking budgets: they cover the thinking phase only."""
+    chain = default_chain(DetectorConfig(thinking_token_budget=3, thinking_seconds_budget=5.0,
+                                         stall_seconds=None))
+    assert chain.feed("thinking", "a", 1, 1.0) is None
+    assert chain.feed("content", "b", 1, 2.0) is None
+    for i in range(10):
+        assert chain.feed("thinking", f" w{i}", 1, 50.0 + i) is None
+    assert chain.thinking_tokens == 11
+
+
 def test_seconds_budget_stops_when_content_starts() -> None:
     """Once the answer streams, the thinking budget no longer applies."""
     chain = default_chain(DetectorConfig(thinking_seconds_budget=5.0, stall_seconds=None))
