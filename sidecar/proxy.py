@@ -597,7 +597,8 @@ class Proxy:
                                     await sink.write(out)
                                     writing = False
                                 del out
-                                if attempt.stopped:
+                                # ``stopped`` is a property: no call while there is no verdict.
+                                if attempt.verdict is not None and attempt.stopped:
                                     break
                                 if deadline_at is not None and now > heard_by:
                                     heard_by = now + step

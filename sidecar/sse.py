@@ -52,14 +52,23 @@ class SSEDecoder:
         self._crlf = False  # set once a CR is seen: the fast LF-only path no longer applies
         self._max = max_event_bytes
 
+    def whole(self, chunk: bytes) -> bytes | None:
+        """The ``data`` of ``chunk`` when it is exactly one whole single-line ``data:``
+        event (LF framing) and nothing is pending; else None. A chunk with a ``data`` here
+        needs no ``feed``: it would return that one event, with ``chunk`` as its ``raw``,
+        and leave the decoder as it was. At a paced load nearly every read is such a chunk."""
+        if (self._buf or self._crlf or not chunk.startswith(b"data: ")
+                or chunk.find(b"\n", 6) != len(chunk) - 2 or not chunk.endswith(b"\n\n")
+                or b"\r" in chunk):
+            return None
+        return chunk[6:-2]
+
     def feed(self, chunk: bytes) -> list[SSEEvent]:
         """Add bytes; return the events they complete. Raises ``SSEError`` when a single
         event exceeds ``max_event_bytes``."""
-        if (not self._buf and not self._crlf and _single_data_line(chunk)
-                and b"\r" not in chunk):
-            # Fast path: at a paced load each read is one whole LF-framed single-line
-            # ``data:`` event; it becomes its own ``raw`` without a copy.
-            return [SSEEvent(chunk, chunk[6:-2])]
+        data = self.whole(chunk)
+        if data is not None:  # one whole event: its own ``raw``, without a copy
+            return [SSEEvent(chunk, data)]
         buf = self._buf + chunk if self._buf else chunk
         if not self._crlf and b"\r" in chunk:
             self._crlf = True
@@ -104,15 +113,10 @@ class SSEDecoder:
         return events, buf[pos:]
 
 
-def _single_data_line(raw: bytes) -> bool:
-    """Whether ``raw`` is exactly one ``data: ...\n\n`` event of one line (LF framing)."""
-    return raw.startswith(b"data: ") and raw.find(b"\n", 6) == len(raw) - 2 and raw.endswith(
-        b"\n\n")
-
-
 def _parse(raw: bytes, *, lf_only: bool) -> SSEEvent:
-    # Fast path: the overwhelmingly common single-line ``data: {...}\n\n`` event.
-    if lf_only and _single_data_line(raw):
+    # Fast path: the overwhelmingly common single-line ``data: {...}\n\n`` event (an
+    # LF-framed ``raw`` ends with its only blank line).
+    if lf_only and raw.startswith(b"data: ") and raw.find(b"\n", 6) == len(raw) - 2:
         return SSEEvent(raw, raw[6:-2])
     lines = raw.split(b"\n") if lf_only else _LINE_SPLIT.split(raw)
     data: list[bytes] = []

@@ -168,13 +168,15 @@ _MAX_TEMPLATES = 4  # one per (choice, key) in use: n=2 streams switch between f
 _MAX_FRUITLESS = 4  # templates dropped without a single hit before learning stops
 
 
-class _Template:
+class Template:
     """The bytes around the one text value of a chunk shape that repeats.
 
     Learned from a chunk parsed in full, and proven there: the chunk with its text value
     replaced parses to the same object with only that value changed. So a payload that is
     ``prefix`` + one JSON string + ``suffix`` is that chunk with another text, and only
-    the string needs parsing."""
+    the string needs parsing. ``index`` is the chunk's choice; ``channel`` the channel its
+    text feeds (``THINKING`` for a reasoning field), or None for content and completion
+    text, which go through the choice's ``<think>`` tag splitter."""
 
     __slots__ = ("after", "channel", "hits", "index", "prefix", "start", "suffix")
 
@@ -228,7 +230,7 @@ class StreamModel:
         self._in_think = starts_in_thinking
         self._usage_seen = False
         self._last_completion = 0
-        self._templates: list[_Template] = []
+        self._templates: list[Template] = []
         # Templates dropped without a hit; learning stops at _MAX_FRUITLESS (None: off).
         self._fruitless: int | None = 0 if templates else None
         self._dropped_hits = 0
@@ -250,20 +252,10 @@ class StreamModel:
         if data == b"[DONE]":
             self.chunk = None
             return [DONE]
-        for template in self._templates:
-            if data.startswith(template.prefix) and data.endswith(template.suffix):
-                start = template.start
-                end = len(data) - template.after
-                if end - start < 3:  # the shortest non-empty string, '"x"'
-                    break
-                try:
-                    text = orjson.loads(data[start:end])
-                except orjson.JSONDecodeError:
-                    break  # not one string: parse it all, which reports what is wrong
-                if type(text) is not str:
-                    break
-                template.hits += 1
-                return self._templated(template, text)
+        if self._templates:
+            hit = self.match(data)
+            if hit is not None:
+                return self.fill(*hit)
         try:
             obj = orjson.loads(data)
         except orjson.JSONDecodeError as exc:
@@ -303,9 +295,30 @@ class StreamModel:
                 events.append(TextDelta(index, channel, text, 0))
         return events
 
-    def _templated(self, template: _Template, text: str) -> list[StreamEvent]:
-        """The events of a payload of ``template``'s shape whose text is ``text``: what
-        ``_choice`` makes of that chunk, without the dictionaries."""
+    def match(self, data: bytes) -> tuple[Template, str] | None:
+        """The learned template that the payload ``data`` fits, and the payload's text; or
+        None (no template fits, or its text's place does not hold one JSON string), when
+        only ``feed`` can read it. ``fill`` of the two gives the payload's events, the
+        ones ``feed`` would return, and ``feed`` itself goes this way first."""
+        for template in self._templates:
+            if data.startswith(template.prefix) and data.endswith(template.suffix):
+                start = template.start
+                end = len(data) - template.after
+                if end - start < 3:  # the shortest non-empty string, '"x"'
+                    return None
+                try:
+                    text = orjson.loads(data[start:end])
+                except orjson.JSONDecodeError:
+                    return None  # not one string: a full parse reports what is wrong
+                if type(text) is not str:
+                    return None
+                template.hits += 1
+                return template, text
+        return None
+
+    def fill(self, template: Template, text: str) -> list[StreamEvent]:
+        """The events of a payload of ``template``'s shape whose text is ``text`` (a hit
+        of ``match``): what ``_choice`` makes of that chunk, without the dictionaries."""
         index = template.index
         state = self._choices[index]
         if template.channel is THINKING:
@@ -355,7 +368,7 @@ class StreamModel:
             if not dropped.hits:
                 assert self._fruitless is not None
                 self._fruitless += 1
-        templates.insert(0, _Template(prefix, suffix, choice.get("index", 0),
+        templates.insert(0, Template(prefix, suffix, choice.get("index", 0),
                                       _TEMPLATE_KEYS[key]))
 
     def _tokens_from_usage(self, usage: Any, has_choices: bool, events: list[StreamEvent]) -> int:

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from detectors import Chain, DetectorConfig, Verdict, default_chain
+from detectors.base import THINKING, Channel
 from sidecar.aggregate import Aggregator
 from sidecar.errors import UpstreamProtocolError
 from sidecar.splice import DONE_EVENT, Head, event, rewrite, strip_reasoning
@@ -185,27 +186,32 @@ class WatchedAttempt:
                     self.verdict, self.verdict_index = verdict, index
                     return
 
+    def _text(self, index: int, channel: Channel, text: str, tokens: int, now: float) -> None:
+        """Count one text delta of choice ``index`` and feed it to that choice's chain
+        (the first verdict stays: later deltas are counted, not judged)."""
+        state = self.choices.get(index)
+        if state is None:
+            state = self._state(index)
+        self.counted_tokens += tokens
+        if channel == THINKING:
+            state.thinking_tokens += tokens
+            if self.keeps_reasoning:
+                state.keep_reasoning(text)
+        else:
+            state.content_tokens += tokens
+            if self.first_content_at is None:
+                self.first_content_at = now
+        if self.verdict is None:
+            verdict = state.chain.feed(channel, text, tokens, now)
+            if verdict is not None:
+                self.verdict, self.verdict_index = verdict, index
+
     def _apply(self, parsed: list[Any], now: float) -> None:
         """Update state from one chunk's events (runs once per upstream event)."""
         for item in parsed:
             kind = type(item)  # the event types are final: an identity test is enough
             if kind is TextDelta:
-                state = self.choices.get(item.index)
-                if state is None:
-                    state = self._state(item.index)
-                self.counted_tokens += item.tokens
-                if item.channel == "thinking":
-                    state.thinking_tokens += item.tokens
-                    if self.keeps_reasoning:
-                        state.keep_reasoning(item.text)
-                else:
-                    state.content_tokens += item.tokens
-                    if self.first_content_at is None:
-                        self.first_content_at = now
-                if self.verdict is None:
-                    verdict = state.chain.feed(item.channel, item.text, item.tokens, now)
-                    if verdict is not None:
-                        self.verdict, self.verdict_index = verdict, item.index
+                self._text(item.index, item.channel, item.text, item.tokens, now)
             elif kind is Finish:
                 self._state(item.index).finished = True
             elif kind is Usage:
@@ -266,6 +272,22 @@ class Attempt(WatchedAttempt):
     def feed(self, chunk: bytes, now: float) -> bytes:
         """Process upstream bytes; return what to send to a streaming client now.
         Raises ``UpstreamProtocolError`` for bytes that are not an SSE stream of chunks."""
+        if self._verbatim and self.verdict is None:
+            # The common case at a paced load, in the fewest steps: ``chunk`` is one whole
+            # event whose payload has a learned shape, forwarded as it is. The same state
+            # changes as the general path below; only its lists and event objects are gone.
+            data = self._decoder.whole(chunk)
+            if data is not None:
+                model = self._model
+                hit = model.match(data)
+                if hit is None:
+                    return self._events([SSEEvent(chunk, data)], now)
+                template, text = hit
+                if template.channel is THINKING:
+                    self._text(template.index, THINKING, text, 1, now)
+                else:
+                    self._apply(model.fill(template, text), now)
+                return chunk
         try:
             events = self._decoder.feed(chunk)
         except SSEError as exc:

@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Any
+
 import orjson
+import pytest
 
 from detectors import DetectorConfig, default_chain
+from sidecar.stream import Route
 from sidecar.watch import MAX_KEPT_REASONING, Attempt, ChoiceState
+from tests.conftest import CAPTURES
 
 
 def _state() -> ChoiceState:
@@ -59,3 +65,108 @@ def test_attempt_keeps_reasoning_only_when_asked() -> None:
     assert kept.reasoning_of(0) == "".join(pieces)
     assert dropped.reasoning_of(0) == ""
     assert dropped.choices[0].reasoning == []
+
+
+def _events(data: bytes) -> list[bytes]:
+    """``data`` cut after every blank line: one SSE event per piece (LF framing)."""
+    return [piece + b"\n\n" for piece in data.split(b"\n\n")[:-1]]
+
+
+def _watched(route: Route, reads: list[bytes], detectors: DetectorConfig,
+             stop: bool) -> tuple[Any, ...]:
+    """Everything a caller can see of an attempt fed ``reads`` (all at the same time)."""
+    attempt = Attempt(route=route, number=0, detectors=detectors, started_at=0.0,
+                      stop_on_verdict=stop)
+    out = b""
+    for read in reads:
+        out += attempt.feed(read, 1.0)
+        if attempt.stopped:
+            break
+    else:
+        out += attempt.eof(1.0)
+    verdict = attempt.verdict
+    return (
+        out,
+        None if verdict is None else (verdict.detector, verdict.channel, verdict.at_token,
+                                      verdict.at_char, verdict.evidence),
+        attempt.verdict_index, attempt.counted_tokens, attempt.usage, attempt.done,
+        attempt.error, attempt.first_content_at, attempt.head, attempt.open_choices,
+        {i: (c.thinking_tokens, c.content_tokens, c.finished, c.reasoning_text())
+         for i, c in attempt.choices.items()},
+    )
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in CAPTURES.glob("*.sse")))
+@pytest.mark.parametrize(("detectors", "stop"), [
+    (DetectorConfig(), True),
+    (DetectorConfig(), False),
+    (DetectorConfig(thinking_token_budget=40), True),
+])
+def test_one_event_per_read_sees_what_one_big_read_sees(name: str, detectors: DetectorConfig,
+                                                        stop: bool) -> None:
+    """Real vLLM streams (thinking loops that fire, ``n=2``, usage on every chunk, inline
+    ``<think>`` tags, a thinking budget) fed one event per read, which takes the attempt's
+    short path for a chunk of a learned shape, leave it exactly as the same bytes fed as
+    one read or in uneven pieces, which go through the SSE decoder and the stream model's
+    events: the bytes forwarded, the verdict and where it fired, every count and flag."""
+    data = (CAPTURES / name).read_bytes()
+    route: Route = "completions" if name.startswith("completions") else "chat"
+    events = _events(data)
+    assert b"".join(events) == data
+    one_by_one = _watched(route, events, detectors, stop)
+    assert one_by_one == _watched(route, [data], detectors, stop)
+    uneven = [data[i : i + 37] for i in range(0, len(data), 37)]
+    assert one_by_one == _watched(route, uneven, detectors, stop)
+    assert one_by_one[0]  # something was forwarded
+
+
+def _trace_stream(text: str, route: Route) -> bytes:
+    """A real trace as a vLLM stream of 4-character deltas: on chat the thinking in
+    ``reasoning`` and the answer in ``content``; on completions all of it in ``text``,
+    ``<think>`` tags included, as a server without a reasoning parser sends it."""
+    thinking, _, answer = text.removeprefix("<think>").partition("</think>")
+    if route == "chat":
+        deltas = [{"reasoning": thinking[i : i + 4]} for i in range(0, len(thinking), 4)]
+        deltas += [{"content": answer[i : i + 4]} for i in range(0, len(answer), 4)]
+        choices = [{"index": 0, "delta": d, "logprobs": None, "finish_reason": None}
+                   for d in deltas]
+    else:
+        choices = [{"index": 0, "text": text[i : i + 4], "logprobs": None,
+                    "finish_reason": None} for i in range(0, len(text), 4)]
+    last = {**choices[-1], "finish_reason": "stop"}
+    return b"".join(
+        b"data: " + orjson.dumps({"id": "x-1", "object": "chunk", "created": 1, "model": "m",
+                                  "choices": [choice]}) + b"\n\n"
+        for choice in [*choices[:-1], last]) + b"data: [DONE]\n\n"
+
+
+@pytest.mark.parametrize(("label", "line"), [("loops", 16), ("healthy", 0)])
+@pytest.mark.parametrize("route", ["chat", "completions"])
+@pytest.mark.parametrize("stop", [True, False])
+def test_one_event_per_read_judges_real_traces_as_one_big_read(label: str, line: int,
+                                                               route: Route, stop: bool) -> None:
+    """The same for real traces, where the text detectors fire (a QwQ loop, caught about
+    10,000 characters in) or stay quiet to the answer (a healthy trace): the same verdict
+    at the same token and character."""
+    lines = (Path(__file__).parents[1] / "data" / "traces" / f"{label}.jsonl").read_text(
+        encoding="utf-8").splitlines()
+    data = _trace_stream(orjson.loads(lines[line])["text"], route)
+    one_by_one = _watched(route, _events(data), DetectorConfig(), stop)
+    assert one_by_one == _watched(route, [data], DetectorConfig(), stop)
+    assert (one_by_one[1] is not None) == (label == "loops")
+
+
+def test_a_stopped_attempt_forwards_nothing_more() -> None:
+    """Once a verdict stops the attempt, whatever still arrives is dropped, on the short
+    path for a whole event of a learned shape as on the general one."""
+    events = _events((CAPTURES / "chat_thinking_loop_usage.sse").read_bytes())
+    attempt = Attempt(route="chat", number=0, detectors=DetectorConfig(thinking_token_budget=5),
+                      started_at=0.0)
+    fed = 0
+    while not attempt.stopped:
+        assert attempt.feed(events[fed], 1.0)
+        fed += 1
+    assert attempt.verdict is not None
+    assert attempt.verdict.detector == "thinking_token_budget"
+    assert attempt.feed(events[fed], 1.0) == b""  # one whole event
+    assert attempt.feed(b"".join(events[fed : fed + 3]), 1.0) == b""
