@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import math
 import os
+import subprocess
+import sys
 import time
 from collections.abc import AsyncIterator
 from dataclasses import asdict
@@ -116,6 +118,31 @@ def test_hotpath_interleaved_reports_every_case(capsys: pytest.CaptureFixture[st
     assert set(out["us_per_event"]) == {"floor", "watch-nodetect", "watch-shadow",
                                         "watch-enforce"}
     assert all(v > 0 for v in out["us_per_event"].values())
+
+
+def test_opcodes_counts_each_proxys_own_bytecode() -> None:
+    """``benchmarks.opcodes`` traces the floor and the sidecar in their own processes, and
+    counts per chunk both aiohttp's bytecode and each proxy's own: the floor's parse is
+    in the floor's list, the stream model in the sidecar's, neither in the other's."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks.opcodes", "--configs", "parsing,enforce",
+         "--streams", "2", "--duration", "1", "--max-tokens", "30", "--top", "40"],
+        capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    tables = proc.stdout.split("\n\n")
+    rows = {line.split(" | ")[0].lstrip("| "): line.split(" | ")
+            for line in tables[0].splitlines()[2:]}
+    assert set(rows) == {"parsing", "enforce"}
+    for cells in rows.values():
+        assert int(cells[1]) > 0  # chunks
+        assert cells[3] == "0"  # errors
+        assert float(cells[4]) > 100  # bytecode per chunk: aiohttp alone executes more
+    floor_list, sidecar_list = tables[1], tables[2]
+    assert "benchmarks/floor.py:parse_events" in floor_list
+    assert "benchmarks/floor.py:parse_events" not in sidecar_list
+    assert "sidecar/stream.py:StreamModel.match" in sidecar_list
+    assert "aiohttp/" in floor_list
+    assert "aiohttp/" in sidecar_list
 
 
 def test_cpu_times_split_user_and_kernel() -> None:
