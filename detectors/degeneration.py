@@ -86,6 +86,7 @@ class DegenerationAnalyzer:
         salad_max = self._salad_max
         symbol_max = self._symbol_max
         counts = [0] * len(_NAMES)
+        latin = 0  # most words: a local count, added to ``counts`` after the loop
         fired = ""
         for tok in block.toks:
             c0 = tok[0]
@@ -93,7 +94,7 @@ class DegenerationAnalyzer:
                 salad += 1
                 symbol = 0
                 if c0.isascii():
-                    counts[_LATIN] += 1
+                    latin += 1
                 else:
                     s = _script(c0)
                     if s >= 0:
@@ -111,6 +112,7 @@ class DegenerationAnalyzer:
                     if symbol >= symbol_max:
                         fired = "symbol"
                         break
+        counts[_LATIN] += latin
         self._salad = salad
         self._symbol = symbol
         self._last_symbol = last_symbol

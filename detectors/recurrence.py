@@ -267,6 +267,7 @@ class RecurrenceAnalyzer:
         last = self._last
         k = self._k
         hist = self._hist
+        wrap = hist - 1
         min_seen = self._min_seen
         shift = 64 - self._maxbits
         fshift = shift - 8
@@ -323,7 +324,7 @@ class RecurrenceAnalyzer:
             h = crc32(key.lower().encode())
             old = last[li]
             last[li] = h
-            li = li + 1 if li + 1 < k else 0
+            li = (li + 1) % k
             rolling = (rolling * base + h - old * pw) & mask
             n_seen += 1
             if n_seen < k:
@@ -372,7 +373,7 @@ class RecurrenceAnalyzer:
                     elif b & 15:
                         pairs[o >> 1] = b - 1
                 ring[rpos] = slot
-                rpos = rpos + 1 if rpos + 1 < hist else 0
+                rpos = (rpos + 1) & wrap  # ``history`` is a power of two
             else:  # the ring grows to ``history`` entries, then wraps
                 filled += 1
                 if less and slot != dropped:  # the table still grows: keep the full slot
