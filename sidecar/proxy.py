@@ -228,7 +228,9 @@ class Proxy:
             ):
                 outcome = "client_disconnect"
                 self.metrics.client_disconnect("passthrough")
-                raise
+                # As the watched path does: a client that went away is no server error,
+                # and aiohttp logs any other exception from a handler with a traceback.
+                raise asyncio.CancelledError from None
             if timed is not None and timed.timed_out and resp is None:
                 outcome = "rejected"  # the client's body stalled, not the upstream
                 return _body_timeout_response()
@@ -627,6 +629,9 @@ class Proxy:
                 elif not attempt.done and (not attempt.choices or attempt.open_choices):
                     raise UpstreamDisconnected("upstream ended the stream before it finished")
         except (TimeoutError, aiohttp.ClientError, OSError) as exc:
+            if isinstance(exc, (ConnectionResetError, aiohttp.ClientConnectionResetError)) and (
+                    _client_gone(request)):
+                raise  # a write to a client that went away: ``_watched`` counts a disconnect
             if (isinstance(exc, TimeoutError) and headers_received
                     and attempt.tick(loop.time()) is not None and attempt.stopped):
                 return
