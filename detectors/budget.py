@@ -64,22 +64,23 @@ def resolve_thinking_budget(
 class ThinkingTokenBudget:
     """Fires on the thinking delta that makes the thinking tokens reach ``budget``."""
 
-    __slots__ = ("_budget", "_fired", "name")
+    __slots__ = ("_fired", "budget", "name")
 
     def __init__(self, budget: int) -> None:
         self.name = "thinking_token_budget"
-        self._budget = budget
+        #: The thinking tokens at which it fires (a caller may compare before it asks).
+        self.budget = budget
         self._fired = False
 
     def check(self, spent: int, at_token: int, at_char: int) -> Verdict | None:
         """``spent`` is the thinking-token total including the current delta."""
-        if self._fired or spent < self._budget:
+        if self._fired or spent < self.budget:
             return None
         self._fired = True
         return Verdict(
             self.name,
             THINKING,
-            f"thinking used {spent} tokens, budget is {self._budget}",
+            f"thinking used {spent} tokens, budget is {self.budget}",
             Evidence("", 0, spent),
             at_token,
             at_char,
@@ -93,17 +94,18 @@ class ThinkingSecondsBudget:
     delta; before and after it this budget does not apply.
     """
 
-    __slots__ = ("_deadline", "_fired", "_seconds", "name")
+    __slots__ = ("_fired", "_seconds", "deadline", "name")
 
     def __init__(self, seconds: float, started_at: float) -> None:
         self.name = "thinking_seconds_budget"
         self._seconds = seconds
-        self._deadline = started_at + seconds
+        #: The time from which it fires (a caller may compare before it asks).
+        self.deadline = started_at + seconds
         self._fired = False
 
     def check(self, now: float, at_token: int, at_char: int) -> Verdict | None:
         """Call while in the thinking phase, with the current time."""
-        if self._fired or now < self._deadline:
+        if self._fired or now < self.deadline:
             return None
         self._fired = True
         return Verdict(

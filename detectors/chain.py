@@ -134,14 +134,8 @@ class Chain:
         self._stall = None if config.stall_seconds is None else Stall(config.stall_seconds)
         # What the per-delta path compares against, so a delta far from every budget makes
         # no call: the budgets' own limits, or limits never reached when a budget is off.
-        self._token_limit = (
-            sys.maxsize if config.thinking_token_budget is None else config.thinking_token_budget
-        )
-        self._deadline = (
-            math.inf
-            if config.thinking_seconds_budget is None
-            else started_at + config.thinking_seconds_budget
-        )
+        self._token_limit = sys.maxsize if self._token_budget is None else self._token_budget.budget
+        self._deadline = math.inf if self._seconds_budget is None else self._seconds_budget.deadline
         # When the last delta came (the start before the first): the stall detector's clock.
         self._last_at = started_at
         self._last_channel: Channel = THINKING
