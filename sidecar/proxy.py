@@ -223,9 +223,7 @@ class Proxy:
             self.metrics.client_disconnect("passthrough")
             raise
         except (TimeoutError, aiohttp.ClientError, OSError) as exc:
-            if isinstance(exc, (ConnectionResetError, aiohttp.ClientConnectionResetError)) and (
-                resp is not None and _client_gone(request)
-            ):
+            if resp is not None and _reset_by_client(exc, request):
                 outcome = "client_disconnect"
                 self.metrics.client_disconnect("passthrough")
                 # As the watched path does: a client that went away is no server error,
@@ -347,8 +345,8 @@ class Proxy:
         try:
             try:
                 await self._serve(request, ex, body, raw, detectors, sink)
-            except (ConnectionResetError, aiohttp.ClientConnectionResetError):
-                if not _client_gone(request):
+            except _RESETS as exc:
+                if not _reset_by_client(exc, request):
                     raise
                 raise asyncio.CancelledError from None  # the client went away mid-write
             except Exception:
@@ -629,8 +627,7 @@ class Proxy:
                 elif not attempt.done and (not attempt.choices or attempt.open_choices):
                     raise UpstreamDisconnected("upstream ended the stream before it finished")
         except (TimeoutError, aiohttp.ClientError, OSError) as exc:
-            if isinstance(exc, (ConnectionResetError, aiohttp.ClientConnectionResetError)) and (
-                    _client_gone(request)):
+            if _reset_by_client(exc, request):
                 raise  # a write to a client that went away: ``_watched`` counts a disconnect
             if (isinstance(exc, TimeoutError) and headers_received
                     and attempt.tick(loop.time()) is not None and attempt.stopped):
@@ -675,12 +672,15 @@ class Proxy:
 # -- helpers ---------------------------------------------------------------------------------
 
 
-def _client_gone(request: web.Request) -> bool:
-    """Whether the client's connection is gone or closing: a reset raised by a write to it
-    is then the client's doing, not the upstream's. A write to a client that went away
+_RESETS = (ConnectionResetError, aiohttp.ClientConnectionResetError)
+
+
+def _reset_by_client(exc: BaseException, request: web.Request) -> bool:
+    """Whether ``exc`` is a connection reset while the client's connection is gone or
+    closing: the client's doing, not the upstream's. A write to a client that went away
     fails before aiohttp has dropped the transport, while it is only closing."""
     transport = request.transport
-    return transport is None or transport.is_closing()
+    return isinstance(exc, _RESETS) and (transport is None or transport.is_closing())
 
 
 class ClientBodyTimeout(Exception):
