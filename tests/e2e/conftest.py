@@ -38,7 +38,7 @@ import sys
 import time
 import urllib.parse
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
@@ -53,6 +53,9 @@ from prometheus_client.parser import text_string_to_metric_families
 ROOT = Path(__file__).resolve().parents[2]
 KINDS = ("loop", "leaky", "healthy", "korean")
 MAX_TOKENS = 8000  # a runaway left alone would generate all of these (max_model_len is 8192)
+#: How many tokens vLLM may have generated beyond what the client has read when a
+#: disconnect test closes its stream (``Node.midway``): about a second of the tiny models.
+_MIDWAY_AHEAD = 400
 
 
 def _load_tiny_model() -> ModuleType:
@@ -254,6 +257,46 @@ class Node:
             if waited > timeout:
                 raise AssertionError(f"vLLM still busy after {timeout}s: {m}")
             time.sleep(0.05)
+
+    def midway(
+        self,
+        open_stream: Callable[[int], openai.Stream[ChatCompletionChunk]],
+        ready: Callable[[ChatCompletionChunk], bool],
+        tries: int = 3,
+    ) -> tuple[openai.Stream[ChatCompletionChunk], VllmMetrics, int]:
+        """A stream read up to the chunk that ``ready`` accepts, while vLLM is still
+        generating it and has not run far ahead of what the client received: what a test of
+        a client disconnect needs. Returns the open stream, the scrape from before it and the
+        try it took.
+
+        vLLM's CPU build sometimes generates hundreds or thousands of tokens before it
+        delivers the first of them (see "How far below" above); a request can even run to
+        ``max_tokens`` before the client has read 20 chunks, and an abort sent then waits
+        behind the same backlog. Such a try tests vLLM's backlog, not the disconnect, so it
+        is closed, recorded in the run report, and the request is made again (each try
+        calls ``open_stream(try_number)``) up to ``tries`` times; then the test fails."""
+        seen: list[str] = []
+        for attempt in range(1, tries + 1):
+            before, _ = self.wait_idle(timeout=30.0)
+            stream = open_stream(attempt)
+            chunks = 0
+            for chunk in stream:
+                chunks += 1
+                if ready(chunk):
+                    break
+            else:
+                seen.append(f"try {attempt}: the stream ended after {chunks} chunks")
+                continue
+            now = self.metrics()
+            ahead = now.generation_tokens - before.generation_tokens - chunks
+            if now.running == 1 and ahead <= _MIDWAY_AHEAD:
+                return stream, before, attempt
+            stream.close()
+            seen.append(f"try {attempt}: running={now.running:g}, vLLM {ahead:g} tokens ahead "
+                        f"of the {chunks} chunks the client had")
+            report("vllm_ran_ahead", kind=self.kind, try_number=attempt, running=now.running,
+                   tokens_ahead=ahead, chunks=chunks)
+        pytest.fail("vLLM ran ahead of its own stream in every try; " + "; ".join(seen))
 
     def stream(
         self,

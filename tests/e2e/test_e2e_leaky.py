@@ -10,7 +10,9 @@ from __future__ import annotations
 import re
 import time
 
+import openai
 import pytest
+from openai.types.chat import ChatCompletionChunk
 
 pytestmark = pytest.mark.vllm
 
@@ -93,21 +95,27 @@ enabled = false
 def test_disconnect_during_reissue_stops_vllm(leaky_node, spawn_sidecar, e2e_report) -> None:
     """A client leaving while the thinking-off reissue streams makes vLLM abort it too."""
     url = spawn_sidecar(leaky_node, BUDGET_ONLY_CONFIG)
-    before, _ = leaky_node.wait_idle()
-    stream = leaky_node.client(base_url=url).chat.completions.create(
-        model=leaky_node.model,
-        messages=leaky_node.messages("disconnect-reissue"),
-        max_tokens=MAX_TOKENS,
-        stream=True,
-    )
+    client = leaky_node.client(base_url=url)
     content_chunks = 0
-    for chunk in stream:  # the first attempt is reasoning only; content means the reissue
+
+    def fifteenth_content(chunk: ChatCompletionChunk) -> bool:
+        # The first attempt is reasoning only: content means the reissue is streaming.
+        nonlocal content_chunks
         if any(c.delta.content for c in chunk.choices):
             content_chunks += 1
-            if content_chunks >= 15:
-                break
-    assert content_chunks >= 15
-    assert leaky_node.metrics().running == 1, "the reissue should still be generating"
+        return content_chunks >= 15
+
+    def open_stream(attempt: int) -> openai.Stream[ChatCompletionChunk]:
+        nonlocal content_chunks
+        content_chunks = 0
+        return client.chat.completions.create(
+            model=leaky_node.model,
+            messages=leaky_node.messages(f"disconnect-reissue-{attempt}"),
+            max_tokens=MAX_TOKENS,
+            stream=True,
+        )
+
+    stream, before, tries = leaky_node.midway(open_stream, fifteenth_content)
     stream.close()
     after, waited = leaky_node.wait_idle(timeout=1.0)
     time.sleep(0.5)
@@ -116,6 +124,7 @@ def test_disconnect_during_reissue_stops_vllm(leaky_node, spawn_sidecar, e2e_rep
     assert settled.success == before.success  # both attempts aborted, none finished
     e2e_report(
         "disconnect_during_reissue",
+        tries=tries,
         idle_after_seconds=round(waited, 3),
         generation_tokens_delta=after.generation_tokens - before.generation_tokens,
     )

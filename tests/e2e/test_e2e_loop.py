@@ -11,7 +11,9 @@ from __future__ import annotations
 import re
 import time
 
+import openai
 import pytest
+from openai.types.chat import ChatCompletionChunk
 
 pytestmark = pytest.mark.vllm
 
@@ -244,19 +246,26 @@ def test_salvage_step_nonstreaming_moves_reasoning_to_content(loop_node, spawn_s
 @pytest.mark.parametrize("mode", ["shadow", "off"])
 def test_client_disconnect_stops_vllm_within_a_second(loop_node, mode, e2e_report) -> None:
     """Closing the client stream makes vLLM abort the request in under a second."""
-    before, _ = loop_node.wait_idle()
     client = loop_node.client()
-    stream = client.chat.completions.create(
-        model=loop_node.model,
-        messages=loop_node.messages(f"disconnect-{mode}"),
-        max_tokens=MAX_TOKENS,
-        stream=True,
-        extra_headers={"X-Runaway-Mode": mode},
-    )
-    for seen, _chunk in enumerate(stream, start=1):
-        if seen >= 20:
-            break
-    assert loop_node.metrics().running == 1, "the request should still be generating"
+    seen = 0
+
+    def twentieth(_chunk: ChatCompletionChunk) -> bool:
+        nonlocal seen
+        seen += 1
+        return seen >= 20
+
+    def open_stream(attempt: int) -> openai.Stream[ChatCompletionChunk]:
+        nonlocal seen
+        seen = 0
+        return client.chat.completions.create(
+            model=loop_node.model,
+            messages=loop_node.messages(f"disconnect-{mode}-{attempt}"),
+            max_tokens=MAX_TOKENS,
+            stream=True,
+            extra_headers={"X-Runaway-Mode": mode},
+        )
+
+    stream, before, tries = loop_node.midway(open_stream, twentieth)
     stream.close()
     after, waited = loop_node.wait_idle(timeout=1.0)
     time.sleep(0.5)
@@ -267,6 +276,7 @@ def test_client_disconnect_stops_vllm_within_a_second(loop_node, mode, e2e_repor
     assert settled.success == before.success
     e2e_report(
         f"disconnect_{mode}",
+        tries=tries,
         idle_after_seconds=round(waited, 3),
         generation_tokens_delta=after.generation_tokens - before.generation_tokens,
     )
