@@ -334,20 +334,31 @@ class RecurrenceAnalyzer:
             fp = (mixed >> fshift) & 0xFF
             pi = slot >> 1
             b = pairs[pi]
-            c = (b >> 4) if slot & 1 else (b & 15)
-            if not c or fps[slot] != fp:
-                # ``_other_slot``, inlined: a call here costs 10 % of the analyzer's time.
-                alt = slot ^ 1
-                c2 = (b >> 4) if alt & 1 else (b & 15)
-                if c2 and fps[alt] == fp:
-                    slot, c = alt, c2
-                elif not c:
-                    fps[slot] = fp
-                elif not c2:
-                    slot, c = alt, 0
-                    fps[alt] = fp
-                else:
-                    slot, c = dropped, 0
+            if not b:
+                # Both slots of the pair are free (most pairs, in a table with room): a new
+                # shingle takes its own slot. What the general test below would do, in the
+                # fewest steps.
+                fps[slot] = fp
+                pairs[pi] = 16 if slot & 1 else 1
+                c = 0
+            else:
+                c = (b >> 4) if slot & 1 else (b & 15)
+                if not c or fps[slot] != fp:
+                    # ``_other_slot``, inlined: a call here costs 10 % of the analyzer's time.
+                    alt = slot ^ 1
+                    c2 = (b >> 4) if alt & 1 else (b & 15)
+                    if c2 and fps[alt] == fp:
+                        slot, c = alt, c2
+                    elif not c:
+                        fps[slot] = fp
+                    elif not c2:
+                        slot, c = alt, 0
+                        fps[alt] = fp
+                    else:
+                        slot, c = dropped, 0
+                # Count this sighting (the slot stays in the pair: ``pi`` and ``b`` hold).
+                if slot != dropped and c < ctop:
+                    pairs[pi] = b + (16 if slot & 1 else 1)
             n += 1
             if c:
                 if code:
@@ -361,8 +372,6 @@ class RecurrenceAnalyzer:
                     if c >= min_seen:
                         rec += 1
                         top = max(top, c)
-            if slot != dropped and c < ctop:
-                pairs[pi] = b + (16 if slot & 1 else 1)
             if filled >= hist:  # the table is full-size (see ``_grow``)
                 o = ring[rpos]
                 if o != dropped:
