@@ -42,7 +42,7 @@ A shingle's slot is the top bits of its hash, as many as the table is large, and
 fingerprint the 8 bits below those of the full-size table, so a table that grows keeps
 every fingerprint. A ring remembers where each of the last ``history`` shingles went, so
 the oldest is forgotten once the ring is full (while the table grows it keeps each
-shingle's full-size slot and which slot of its pair it took, to insert it again).
+shingle's full-size slot and fingerprint, to insert it again).
 
 Memory grows with the text. The table is allocated by the channel's first 256-character
 block, sized to at least eight slots per shingle the ring will hold after that block
@@ -51,7 +51,7 @@ re-inserts), and doubles, re-inserting the ring's shingles in their order,
 until it has its full ``2 * history`` slots (8 + 16 KiB at the default 8192) once the
 ring holds more than ``history / 8`` shingles. Until then it holds at most one ring entry
 per eight slots, a quarter of the full-size table's load once the ring is full, so it
-drops fewer shingles than that table does. The ring takes 2 bytes per shingle (3 while
+drops fewer shingles than that table does. The ring takes 2 bytes per shingle (4 while
 the table grows) up to ``history`` of them (16 KiB), then wraps. A stream idle after 400
 tokens (about 370 shingles) holds 6 KiB of table, not 24.
 """
@@ -70,6 +70,8 @@ _BASE = 0x100000001B3
 _MIX = 0x9E3779B97F4A7C15
 #: Ring entry of a shingle the table had no room for (nothing to forget when it expires).
 _DROPPED = 0xFFFF
+#: The same, while the table grows (the ring's entries are wider then).
+_GONE = 0xFFFFFFFF
 #: The smallest table, in bits (4,096 slots, 6 KiB with the fingerprints). Every doubling
 #: re-inserts the ring's shingles one by one; from 1,024 slots a 300-token stream spent
 #: about a tenth of its watching on two of them.
@@ -136,7 +138,6 @@ class RecurrenceAnalyzer:
         "_rpos",
         "_same",
         "_score",
-        "_second",
         "_seen_tokens",
         "_sum_n",
         "_sum_rec",
@@ -169,11 +170,10 @@ class RecurrenceAnalyzer:
         self._pairs = bytearray()  # a pair's two counters, low nibble for the even slot
         self._fps = bytearray()
         # While the table grows, a ring entry is the shingle's slot in the full-size table
-        # and ``_second`` says whether it went to its pair's second slot (what ``_grow``
-        # needs to find it and insert it again); once the table is full-size, an entry is
-        # the slot the shingle went to (what expiry needs) and ``_second`` is released.
-        self._ring = array("H")
-        self._second = bytearray()
+        # and its fingerprint, ``slot << 8 | fp`` (what ``_grow`` needs to insert it again),
+        # or ``_GONE``; once the table is full-size, the ring becomes two bytes an entry,
+        # the slot the shingle went to (what expiry needs) or ``_DROPPED``.
+        self._ring = array("I")
         self._rpos = 0
         self._n = 0
         self._min_seen = min_seen
@@ -227,35 +227,34 @@ class RecurrenceAnalyzer:
         bits = min(self._maxbits, max(_MIN_BITS, (shingles * 8 - 1).bit_length()))
         if bits <= self._bits:
             return
-        old_fps, old_less = self._fps, self._maxbits - self._bits
         less = self._maxbits - bits
         pairs = bytearray(1 << (bits - 1))
         fps = bytearray(1 << bits)
-        ring, second = self._ring, self._second
+        ring = self._ring
         # The table is full-size long before the ring wraps (at ``history / 8`` entries
         # against ``history``): the entries here are in insertion order from index 0.
-        for i, full in enumerate(ring):
-            if full == _DROPPED:
+        for i, entry in enumerate(ring):
+            if entry == _GONE:
+                if not less:
+                    ring[i] = _DROPPED
                 continue
-            fp = old_fps[(full >> old_less) ^ second[i]]
-            slot = full >> less
+            fp = entry & 0xFF
+            slot = entry >> (8 + less)
             b = pairs[slot >> 1]
             c = (b >> 4) if slot & 1 else (b & 15)
             if not c or fps[slot] != fp:
                 slot = _other_slot(pairs, fps, slot, fp)
                 if slot == _DROPPED:
-                    ring[i] = _DROPPED
+                    ring[i] = _DROPPED if not less else _GONE
                     continue
                 c = (b >> 4) if slot & 1 else (b & 15)
             if c < _TOP:
                 pairs[slot >> 1] = b + (16 if slot & 1 else 1)
-            if less:
-                second[i] = slot ^ (full >> less)
-            else:
+            if not less:
                 ring[i] = slot
         self._pairs, self._fps, self._bits = pairs, fps, bits
         if not less:
-            self._second = bytearray()
+            self._ring = array("H", ring)  # every entry is a slot or ``_DROPPED`` now
 
     def analyze(self, block: Block) -> Finding | None:
         """Score the block's shingles, then the window and the accumulated evidence."""
@@ -273,7 +272,6 @@ class RecurrenceAnalyzer:
         fshift = shift - 8
         less = self._maxbits - self._bits
         sshift = shift + less  # the slot in the table as large as it is now
-        second = self._second
         rolling = self._rolling
         li = self._li
         rpos = self._rpos
@@ -385,13 +383,12 @@ class RecurrenceAnalyzer:
                 rpos = (rpos + 1) & wrap  # ``history`` is a power of two
             else:  # the ring grows to ``history`` entries, then wraps
                 filled += 1
-                if less and slot != dropped:  # the table still grows: keep the full slot
-                    ring.append(mixed >> shift)
-                    second.append(slot ^ (mixed >> sshift))
-                else:
+                if not less:
                     ring.append(slot)
-                    if less:
-                        second.append(0)
+                elif slot != dropped:  # the table still grows: its full-size slot and fp
+                    ring.append(mixed >> fshift)
+                else:
+                    ring.append(_GONE)
         self._rolling, self._li, self._rpos, self._seen_tokens = rolling, li, rpos, n_seen
         self._n = filled
         self._ls, self._ticks, self._fence = ls, ticks, fence
