@@ -275,12 +275,12 @@ class RecurrenceAnalyzer:
         rolling = self._rolling
         li = self._li
         rpos = self._rpos
-        n_seen = self._seen_tokens
+        n_seen = seen_before = self._seen_tokens
         pw = self._pow
         filled = self._n
         base, mask, mix, dropped, ctop = _BASE, _MASK, _MIX, _DROPPED, _TOP
         top = 0
-        rec = rec1 = n = 0
+        rec = rec1 = 0
         # Code state, by position in the token stream (see "Code" in the module docstring).
         ls, ticks, fence = self._ls, self._ticks, self._fence
         code, prev_code = self._code, self._prev_code
@@ -357,7 +357,6 @@ class RecurrenceAnalyzer:
                 # Count this sighting (the slot stays in the pair: ``pi`` and ``b`` hold).
                 if slot != dropped and c < ctop:
                     pairs[pi] = b + (16 if slot & 1 else 1)
-            n += 1
             if c:
                 if code:
                     if c >= code1:
@@ -390,6 +389,9 @@ class RecurrenceAnalyzer:
                 else:
                     ring.append(_GONE)
         self._rolling, self._li, self._rpos, self._seen_tokens = rolling, li, rpos, n_seen
+        # The block's shingles: its tokens that reached the table, those counted from the
+        # ``k``-th token of the channel on (no counter in the loop).
+        n = max(0, n_seen - max(seen_before, k - 1))
         self._n = filled
         self._ls, self._ticks, self._fence = ls, ticks, fence
         self._code, self._prev_code = code, prev_code
