@@ -41,31 +41,36 @@ class Block:
 class Blocker:
     """Accumulates a channel's deltas and hands out :class:`Block` values."""
 
-    __slots__ = ("_buf", "_carry", "chars")
+    __slots__ = ("_buf", "_carry", "_cut")
 
     def __init__(self) -> None:
         # The text since the last block, one string: the deltas themselves are not kept
         # (a list of them held ~25 small strings, 1.4 KiB, per idle stream).
         self._buf = ""
         self._carry = ""
-        #: Characters of this channel seen so far.
-        self.chars = 0
+        # Characters handed out in blocks so far (the channel's offset where ``_buf`` starts).
+        self._cut = 0
+
+    @property
+    def chars(self) -> int:
+        """Characters of this channel seen so far."""
+        return self._cut + len(self._buf)
 
     def push(self, text: str) -> list[Block] | None:
         """Take a delta; return the blocks it completes, or None (the common case)."""
-        self.chars += len(text)
         buf = self._buf + text
         if len(buf) < BLOCK_CHARS:
             self._buf = buf
             return None
         blocks: list[Block] = []
-        start_end = self.chars - len(buf)
+        start_end = self._cut
         pos = 0
         while len(buf) - pos >= BLOCK_CHARS:
             piece = buf[pos : pos + BLOCK_CHARS]
             pos += BLOCK_CHARS
             blocks.append(self._block(piece, start_end + pos))
         self._buf = buf[pos:]
+        self._cut = start_end + pos
         return blocks
 
     def _block(self, piece: str, end: int) -> Block:

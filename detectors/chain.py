@@ -107,7 +107,6 @@ class Chain:
         "content_tokens",
         "name",
         "thinking_tokens",
-        "tokens",
         "verdict",
     )
 
@@ -143,12 +142,15 @@ class Chain:
         self.thinking_tokens = 0
         #: Content tokens fed so far.
         self.content_tokens = 0
-        #: Tokens fed so far on all channels.
-        self.tokens = 0
         #: Characters fed so far on all channels.
         self.chars = 0
         #: The first verdict, once there is one.
         self.verdict: Verdict | None = None
+
+    @property
+    def tokens(self) -> int:
+        """Tokens fed so far on all channels."""
+        return self.thinking_tokens + self.content_tokens
 
     def feed(self, channel: Channel, text: str, tokens: int, now: float) -> Verdict | None:
         """Take one delta; return the verdict it triggers (only the first one ever)."""
@@ -156,7 +158,6 @@ class Chain:
             return None
         before = self.chars
         self.chars = before + len(text)
-        self.tokens += tokens
         if now > self._last_at:  # noqa: PLR1730 (once per delta: a comparison costs less than max())
             self._last_at = now
         self._last_channel = channel
