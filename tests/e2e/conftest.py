@@ -260,42 +260,53 @@ class Node:
 
     def midway(
         self,
-        open_stream: Callable[[int], openai.Stream[ChatCompletionChunk]],
-        ready: Callable[[ChatCompletionChunk], bool],
+        tag: str,
+        ready: Callable[[list[ChatCompletionChunk]], bool],
+        *,
+        base_url: str | None = None,
+        headers: dict[str, str] | None = None,
         tries: int = 3,
     ) -> tuple[openai.Stream[ChatCompletionChunk], VllmMetrics, int]:
-        """A stream read up to the chunk that ``ready`` accepts, while vLLM is still
-        generating it and has not run far ahead of what the client received: what a test of
-        a client disconnect needs. Returns the open stream, the scrape from before it and the
-        try it took.
+        """A streaming chat request through the sidecar (``base_url``: another one), read
+        until ``ready`` accepts the chunks read so far, while vLLM is still generating it
+        and has not run far ahead of what the client received: what a test of a client
+        disconnect needs. Returns the open stream, the scrape from before it and the try it
+        took.
 
         vLLM's CPU build sometimes generates hundreds or thousands of tokens before it
         delivers the first of them (see "How far below" above); a request can even run to
         ``max_tokens`` before the client has read 20 chunks, and an abort sent then waits
         behind the same backlog. Such a try tests vLLM's backlog, not the disconnect, so it
-        is closed, recorded in the run report, and the request is made again (each try
-        calls ``open_stream(try_number)``) up to ``tries`` times; then the test fails."""
+        is closed, recorded in the run report, and the request is made again with a new
+        message, up to ``tries`` times; then the test fails."""
+        client = self.client(base_url=base_url)
         seen: list[str] = []
         for attempt in range(1, tries + 1):
             before, _ = self.wait_idle(timeout=30.0)
-            stream = open_stream(attempt)
-            chunks = 0
+            stream = client.chat.completions.create(
+                model=self.model,
+                messages=self.messages(f"{tag}-{attempt}"),
+                max_tokens=MAX_TOKENS,
+                stream=True,
+                extra_headers=headers,
+            )
+            chunks: list[ChatCompletionChunk] = []
             for chunk in stream:
-                chunks += 1
-                if ready(chunk):
+                chunks.append(chunk)
+                if ready(chunks):
                     break
             else:
-                seen.append(f"try {attempt}: the stream ended after {chunks} chunks")
+                seen.append(f"try {attempt}: the stream ended after {len(chunks)} chunks")
                 continue
             now = self.metrics()
-            ahead = now.generation_tokens - before.generation_tokens - chunks
+            ahead = now.generation_tokens - before.generation_tokens - len(chunks)
             if now.running == 1 and ahead <= _MIDWAY_AHEAD:
                 return stream, before, attempt
             stream.close()
             seen.append(f"try {attempt}: running={now.running:g}, vLLM {ahead:g} tokens ahead "
-                        f"of the {chunks} chunks the client had")
+                        f"of the {len(chunks)} chunks the client had")
             report("vllm_ran_ahead", kind=self.kind, try_number=attempt, running=now.running,
-                   tokens_ahead=ahead, chunks=chunks)
+                   tokens_ahead=ahead, chunks=len(chunks))
         pytest.fail("vLLM ran ahead of its own stream in every try; " + "; ".join(seen))
 
     def stream(

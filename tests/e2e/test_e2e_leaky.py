@@ -10,7 +10,6 @@ from __future__ import annotations
 import re
 import time
 
-import openai
 import pytest
 from openai.types.chat import ChatCompletionChunk
 
@@ -95,27 +94,12 @@ enabled = false
 def test_disconnect_during_reissue_stops_vllm(leaky_node, spawn_sidecar, e2e_report) -> None:
     """A client leaving while the thinking-off reissue streams makes vLLM abort it too."""
     url = spawn_sidecar(leaky_node, BUDGET_ONLY_CONFIG)
-    client = leaky_node.client(base_url=url)
-    content_chunks = 0
-
-    def fifteenth_content(chunk: ChatCompletionChunk) -> bool:
+    def fifteen_content(chunks: list[ChatCompletionChunk]) -> bool:
         # The first attempt is reasoning only: content means the reissue is streaming.
-        nonlocal content_chunks
-        if any(c.delta.content for c in chunk.choices):
-            content_chunks += 1
-        return content_chunks >= 15
+        return sum(any(c.delta.content for c in ch.choices) for ch in chunks) >= 15
 
-    def open_stream(attempt: int) -> openai.Stream[ChatCompletionChunk]:
-        nonlocal content_chunks
-        content_chunks = 0
-        return client.chat.completions.create(
-            model=leaky_node.model,
-            messages=leaky_node.messages(f"disconnect-reissue-{attempt}"),
-            max_tokens=MAX_TOKENS,
-            stream=True,
-        )
-
-    stream, before, tries = leaky_node.midway(open_stream, fifteenth_content)
+    stream, before, tries = leaky_node.midway("disconnect-reissue", fifteen_content,
+                                              base_url=url)
     stream.close()
     after, waited = leaky_node.wait_idle(timeout=1.0)
     time.sleep(0.5)
