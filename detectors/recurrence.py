@@ -235,8 +235,6 @@ class RecurrenceAnalyzer:
         # against ``history``): the entries here are in insertion order from index 0.
         for i, entry in enumerate(ring):
             if entry == _GONE:
-                if not less:
-                    ring[i] = _DROPPED
                 continue
             fp = entry & 0xFF
             slot = entry >> (8 + less)
@@ -245,7 +243,7 @@ class RecurrenceAnalyzer:
             if not c or fps[slot] != fp:
                 slot = _other_slot(pairs, fps, slot, fp)
                 if slot == _DROPPED:
-                    ring[i] = _DROPPED if not less else _GONE
+                    ring[i] = _GONE
                     continue
                 c = (b >> 4) if slot & 1 else (b & 15)
             if c < _TOP:
@@ -254,7 +252,8 @@ class RecurrenceAnalyzer:
                 ring[i] = slot
         self._pairs, self._fps, self._bits = pairs, fps, bits
         if not less:
-            self._ring = array("H", ring)  # every entry is a slot or ``_DROPPED`` now
+            # Two bytes an entry from now on: a slot, or ``_DROPPED`` where it was ``_GONE``.
+            self._ring = array("H", (_DROPPED if e == _GONE else e for e in ring))
 
     def analyze(self, block: Block) -> Finding | None:
         """Score the block's shingles, then the window and the accumulated evidence."""
