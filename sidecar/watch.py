@@ -283,6 +283,8 @@ class Attempt(WatchedAttempt):
                 if hit is None:
                     return self._events([SSEEvent(chunk, data)], now)
                 template, text = hit
+                # ``fill`` of a reasoning template would only wrap the text: its choice
+                # saw reasoning already (the template was learned from such a chunk).
                 if template.channel is THINKING:
                     self._text(template.index, THINKING, text, 1, now)
                 else:
