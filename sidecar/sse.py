@@ -45,11 +45,15 @@ class SSEEvent:
 class SSEDecoder:
     """Incremental decoder; one per stream."""
 
-    __slots__ = ("_buf", "_crlf", "_max")
+    __slots__ = ("_buf", "_crlf", "_max", "idle")
 
     def __init__(self, max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES) -> None:
         self._buf = b""
         self._crlf = False  # set once a CR is seen: the fast LF-only path no longer applies
+        #: Nothing is pending and no CR was seen: a chunk that is exactly one whole
+        #: single-line ``data:`` event (LF framing) is then that event, with no ``feed``.
+        #: Read once per upstream read, so an attribute, kept by ``feed`` and ``close``.
+        self.idle = True
         self._max = max_event_bytes
 
     def whole(self, chunk: bytes) -> bytes | None:
@@ -58,9 +62,8 @@ class SSEDecoder:
         needs no ``feed``: it would return that one event, with ``chunk`` as its ``raw``,
         and leave the decoder as it was. At a paced load nearly every read is such a chunk."""
         # The single-line test of ``_parse``, written out here rather than shared through
-        # a function: this runs once per upstream read (42 bytecode instructions inline, 47
-        # with the call, in ``benchmarks.opcodes``).
-        if (self._buf or self._crlf or not chunk.startswith(b"data: ")
+        # a function: ``feed`` asks it first, once per upstream read it gets.
+        if (not self.idle or not chunk.startswith(b"data: ")
                 or chunk.find(b"\n", 6) != len(chunk) - 2 or not chunk.endswith(b"\n\n")
                 or b"\r" in chunk):
             return None
@@ -93,6 +96,7 @@ class SSEDecoder:
                 events.append(_parse(buf[pos : m.end()], lf_only=False))
                 pos = m.end()
         self._buf = buf[pos:]
+        self.idle = not self._buf and not self._crlf
         if len(self._buf) > self._max:
             raise SSEError(f"an SSE event exceeded {self._max} bytes")
         return events
@@ -107,6 +111,7 @@ class SSEDecoder:
         bytes of an unterminated trailing event (the SSE spec discards it; the proxy
         forwards it verbatim so the byte stream stays exact)."""
         buf, self._buf = self._buf, b""
+        self.idle = not self._crlf
         events: list[SSEEvent] = []
         pos = 0
         if self._crlf:

@@ -300,14 +300,29 @@ class StreamModel:
         None (no template fits, or its text's place does not hold one JSON string), when
         only ``feed`` can read it. ``fill`` of the two gives the payload's events, the
         ones ``feed`` would return, and ``feed`` itself goes this way first."""
+        return self._fit(data, 0, len(data))
+
+    def match_event(self, raw: bytes) -> tuple[Template, str] | None:
+        """``match`` of a whole SSE event: ``raw`` must be ``data: `` + payload +
+        ``\\n\\n`` where ``match(payload)`` hits, or the answer is None. A hit is then
+        exactly one event with one ``data:`` line: a template holds no line break
+        (``_learn`` takes no payload with one) and the JSON string between its bytes no
+        raw CR or LF (``orjson`` rejects them). The caller knows that ``raw`` starts an
+        event (``SSEDecoder.idle``); the payload is not copied out before the test."""
+        if not raw.startswith(b"data: ") or not raw.endswith(b"\n\n"):
+            return None
+        return self._fit(raw, 6, len(raw) - 2)
+
+    def _fit(self, buf: bytes, lo: int, hi: int) -> tuple[Template, str] | None:
+        # ``match`` of the payload ``buf[lo:hi]``, read in place.
         for template in self._templates:
-            if data.startswith(template.prefix) and data.endswith(template.suffix):
-                start = template.start
-                end = len(data) - template.after
+            if buf.startswith(template.prefix, lo) and buf.endswith(template.suffix, lo, hi):
+                start = lo + template.start
+                end = hi - template.after
                 if end - start < 3:  # the shortest non-empty string, '"x"'
                     return None
                 try:
-                    text = orjson.loads(data[start:end])
+                    text = orjson.loads(buf[start:end])
                 except orjson.JSONDecodeError:
                     return None  # not one string: a full parse reports what is wrong
                 if type(text) is not str:
@@ -342,6 +357,8 @@ class StreamModel:
         if (key is None or (key == "text") != (self.route != "chat")
                 or not isinstance(text, str) or not text
                 or choice.get("finish_reason") is not None):
+            return
+        if b"\n" in data:  # a payload of several ``data:`` lines: no event-level template
             return
         at = data.rfind(b'"' + key.encode() + b'"')
         start = data.find(b'"', at + len(key) + 2) if at >= 0 else -1

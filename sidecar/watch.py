@@ -272,16 +272,13 @@ class Attempt(WatchedAttempt):
     def feed(self, chunk: bytes, now: float) -> bytes:
         """Process upstream bytes; return what to send to a streaming client now.
         Raises ``UpstreamProtocolError`` for bytes that are not an SSE stream of chunks."""
-        if self._verbatim and self.verdict is None:
+        if self._verbatim and self.verdict is None and self._decoder.idle:
             # The common case at a paced load, in the fewest steps: ``chunk`` is one whole
             # event whose payload has a learned shape, forwarded as it is. The same state
             # changes as the general path below; only its lists and event objects are gone.
-            data = self._decoder.whole(chunk)
-            if data is not None:
-                model = self._model
-                hit = model.match(data)
-                if hit is None:
-                    return self._events([SSEEvent(chunk, data)], now)
+            model = self._model
+            hit = model.match_event(chunk)
+            if hit is not None:
                 template, text = hit
                 # ``fill`` of a reasoning template would only wrap the text: its choice
                 # saw reasoning already (the template was learned from such a chunk).

@@ -9,6 +9,7 @@ import orjson
 import pytest
 
 from detectors import DetectorConfig, default_chain
+from sidecar.errors import UpstreamProtocolError
 from sidecar.stream import Route
 from sidecar.watch import MAX_KEPT_REASONING, Attempt, ChoiceState
 from tests.conftest import CAPTURES
@@ -118,6 +119,57 @@ def test_one_event_per_read_sees_what_one_big_read_sees(name: str, detectors: De
     uneven = [data[i : i + 37] for i in range(0, len(data), 37)]
     assert one_by_one == _watched(route, uneven, detectors, stop)
     assert one_by_one[0]  # something was forwarded
+
+
+_HEAD = b'data: {"id":"c-1","choices":[{"index":0,"delta":{"reasoning":'
+_TAIL = b'},"logprobs":null,"finish_reason":null}]}\n\n'
+
+
+def _think(text: bytes) -> bytes:
+    return _HEAD + b'"' + text + b'"' + _TAIL
+
+
+@pytest.mark.parametrize("odd", [
+    _think(b"a") + _think(b"b"),  # two events of the learned shape in one read
+    _think(b"a")[:-1] + b"\r\n",  # an LF, then a CRLF
+    _think(b"a").replace(b"data: ", b"data:"),  # no space after the colon
+    _think(b"a").replace(b"data: ", b"event:"),  # another field, as long as "data: "
+    _think(b"a")[:-2] + b"\n:",  # no blank line yet: the event goes on in the next read
+    b": keep-alive\n\n" + _think(b"a"),  # a comment first
+    _think(b"a").replace(b'"a"', b'"a\nb"'),  # a line break inside the text: not one event
+    _think(b"a").replace(b'"a"', b'"a\rb"'),  # a CR inside the text
+    _think(b"a")[:30],  # half an event; the next read starts in its middle
+])
+def test_a_read_that_only_looks_like_a_learned_event_is_read_in_full(odd: bytes) -> None:
+    """After a template is learned, a read whose bytes start and end like one event of
+    its shape but are not exactly one single-line ``data:`` event (two events, CR line
+    ends, another framing, a line break inside, a pending half event) gives what the
+    same bytes give as one read, which never takes the short path: the bytes forwarded,
+    every count and flag, or the same protocol error."""
+    reads = [_think(b"w%d" % i) for i in range(4)] + [odd, _think(b"x"), _think(b"y")]
+
+    def seen(pieces: list[bytes]) -> Any:
+        try:
+            return _watched("chat", pieces, DetectorConfig(), True)
+        except UpstreamProtocolError as exc:
+            return ("error", str(exc))
+
+    assert seen(reads) == seen([b"".join(reads)])
+
+
+def test_a_payload_of_several_data_lines_teaches_no_template() -> None:
+    """Events whose JSON spans two ``data:`` lines are read in full and teach no shape;
+    else a later read with the same bytes but no ``data:`` on its second line (a field of
+    another name, so the payload is cut short: a protocol error) would pass as text."""
+    head = b'data: {"id":"c-1","choices":[{"index":0,\ndata: "delta":{"reasoning":'
+    reads = [head + b'"w%d"' % i + _TAIL for i in range(4)]
+    reads.append(reads[0].replace(b"\ndata: ", b"\n"))
+    attempt = Attempt(route="chat", number=0, detectors=DetectorConfig(), started_at=0.0)
+    for read in reads[:4]:
+        assert attempt.feed(read, 1.0) == read
+    assert attempt.choices[0].thinking_tokens == 4
+    with pytest.raises(UpstreamProtocolError):
+        attempt.feed(reads[4], 1.0)
 
 
 def _trace_stream(text: str, route: Route) -> bytes:
