@@ -5,16 +5,18 @@ from __future__ import annotations
 import json
 import math
 import os
+import shutil
 import subprocess
 import sys
 import time
 from collections.abc import AsyncIterator
 from dataclasses import asdict
+from pathlib import Path
 
 import pytest
 from aiohttp.test_utils import TestServer
 
-from benchmarks import hotpath
+from benchmarks import hotpath, native
 from benchmarks.floor import make_app as make_floor_app
 from benchmarks.loadgen import LoadResult, LoadSpec, percentile, run_load
 from benchmarks.procs import cpu_seconds, cpu_times
@@ -140,9 +142,46 @@ def test_opcodes_counts_each_proxys_own_bytecode() -> None:
     floor_list, sidecar_list = tables[1], tables[2]
     assert "benchmarks/floor.py:parse_events" in floor_list
     assert "benchmarks/floor.py:parse_events" not in sidecar_list
-    assert "sidecar/stream.py:StreamModel.match" in sidecar_list
+    assert "sidecar/stream.py:StreamModel._fit" in sidecar_list
     assert "aiohttp/" in floor_list
     assert "aiohttp/" in sidecar_list
+
+
+def test_native_reads_perf_report_groups() -> None:
+    """``benchmarks.native`` sums a ``perf report`` by group of shared objects; lines that
+    are not sample rows (headers, blank) are skipped."""
+    report = """
+# comment
+    40.00%          4000  [kernel.kallsyms]
+    30.00%          3000  libpython3.11.so.1.0
+     5.00%           500  loop.cpython-311-x86_64-linux-gnu.so
+     2.00%           200  libc.so.6
+     1.00%           100  orjson.cpython-311-x86_64-linux-gnu.so
+     1.00%           100  _http_parser.cpython-311-x86_64-linux-gnu.so
+"""
+    assert native.group_samples(report) == {"kernel": 4000, "interpreter": 3000, "uvloop": 500,
+                                            "libc": 200, "other C": 200}
+
+
+def test_native_profiles_each_proxy_with_perf(tmp_path: Path) -> None:
+    """``benchmarks.native`` samples the floor and the sidecar under a small paced load
+    with ``perf record`` and prints samples per 1,000 chunks for each (``.ci/run``
+    installs perf)."""
+    assert shutil.which("perf"), "perf is required: apt-get install linux-perf"
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks.native", "--configs", "parsing,enforce", "-c", "4",
+         "--seconds", "1", "--reps", "1", "--max-tokens", "100", "--keep", str(tmp_path)],
+        capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    table = proc.stdout.split("\n\n")[1].splitlines()
+    rows = {line.split(" | ")[0].lstrip("| "): line.split(" | ") for line in table[3:]}
+    assert set(rows) == {"parsing", "enforce"}
+    for cells in rows.values():
+        assert float(cells[1]) > 0  # samples per 1,000 chunks, all
+        assert float(cells[2]) > 0  # of which kernel: every chunk is read and written
+    assert rows["parsing"][7] == "1.00"  # the first configuration is the reference
+    assert sorted(p.name for p in tmp_path.glob("perf-*.data")) == [
+        "perf-enforce-0.data", "perf-parsing-0.data"]
 
 
 def test_cpu_times_split_user_and_kernel() -> None:
