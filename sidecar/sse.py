@@ -60,7 +60,9 @@ class SSEDecoder:
         """The ``data`` of ``chunk`` when it is exactly one whole single-line ``data:``
         event (LF framing) and nothing is pending; else None. A chunk with a ``data`` here
         needs no ``feed``: it would return that one event, with ``chunk`` as its ``raw``,
-        and leave the decoder as it was. At a paced load nearly every read is such a chunk."""
+        and leave the decoder as it was. At a paced load nearly every read is such a chunk;
+        those of a learned shape are matched before ``feed`` (``StreamModel.match_event``)
+        and the rest come here."""
         # The single-line test of ``_parse``, written out here rather than shared through
         # a function: ``feed`` asks it first, once per upstream read it gets.
         if (not self.idle or not chunk.startswith(b"data: ")
