@@ -169,8 +169,9 @@ async def _one_stream(session: aiohttp.ClientSession, spec: LoadSpec, body: byte
         acc.streams += 1
 
 
-async def run_load(spec: LoadSpec) -> LoadResult:
-    """Run one bounded load and return its figures."""
+async def run_load(spec: LoadSpec, ramped: asyncio.Event | None = None) -> LoadResult:
+    """Run one bounded load and return its figures. ``ramped``, when given, is set once
+    every worker has started its first stream (the ramp is over)."""
     loop = asyncio.get_running_loop()
     acc = _Acc()
     interval = 1.0 / spec.rate if spec.rate > 0 else 0.0
@@ -179,9 +180,13 @@ async def run_load(spec: LoadSpec) -> LoadResult:
     window = (start + ramp + interval * 2, start + spec.duration)
     stop_at = loop.time() + spec.duration
     budget = [spec.max_streams]
+    waiting = [spec.concurrency]  # workers whose first stream has not started yet
 
     async def worker(wid: int) -> None:
         await asyncio.sleep(ramp * wid / max(1, spec.concurrency))
+        waiting[0] -= 1
+        if ramped is not None and not waiting[0]:
+            ramped.set()
         i = 0
         while loop.time() < stop_at and budget[0] > 0:
             budget[0] -= 1

@@ -7,7 +7,8 @@ Run from the repository root (Linux, with ``perf`` on the PATH)::
 
 Each proxy in turn carries a paced load (``-c`` streams at ``--rate`` tokens per
 second, as ``benchmarks.run paced``) while ``perf record -e cpu-clock`` samples it at
-2 kHz for ``--seconds``; configurations alternate, ``--reps`` times. ``cpu-clock`` is a
+2 kHz for ``--seconds`` from the end of the load's ramp (every stream started);
+configurations alternate, ``--reps`` times. ``cpu-clock`` is a
 software event, so this works in a VM without hardware counters. A sample lands in the
 shared object that was running: the kernel (the socket reads and writes), libpython (the
 interpreter running bytecode, allocating, switching coroutines), uvloop, libc, and the
@@ -81,12 +82,14 @@ async def _profile(args: argparse.Namespace, keep: Path) -> dict[str, list[dict[
             for rep in range(args.reps):
                 for proxy in proxies:
                     data = keep / f"perf-{proxy.name}-{rep}.data"
-                    # The load starts first (its streams ramp up), then perf samples a
-                    # window inside it: the load runs two seconds longer than the window.
+                    # The load starts first, then perf samples a window inside it from
+                    # the end of its ramp (every stream started); the load runs on for
+                    # up to three seconds after the window.
+                    ramped = asyncio.Event()
                     load = asyncio.create_task(run_load(LoadSpec(
                         proxy.url, args.concurrency, args.seconds + 4.0, args.rate,
-                        max_tokens=args.max_tokens)))
-                    await asyncio.sleep(1.0)
+                        max_tokens=args.max_tokens), ramped))
+                    await ramped.wait()
                     rec = await asyncio.create_subprocess_exec(
                         "perf", "record", "-q", "-e", "cpu-clock", "-F", "2000",
                         "-p", str(proxy.pid), "-o", str(data), "--", "sleep", str(args.seconds),
@@ -104,7 +107,6 @@ async def _profile(args: argparse.Namespace, keep: Path) -> dict[str, list[dict[
                     rows[proxy.name].append(row)
                     print(f"rep {rep} {proxy.name}: {result.chunks_per_s:.0f} chunks/s, "
                           f"{sum(groups.values())} samples", flush=True)
-                    await asyncio.sleep(1.0)
     return rows
 
 
