@@ -268,14 +268,26 @@ def _answer_trace(reasoning_tokens: int) -> tuple[str, int]:
     return line, len(tokenize(f"\n{reasoning}\n")) + _ANSWER_TOKENS
 
 
+def _prompt(i: int, chars: int) -> str:
+    """Stream ``i``'s user message: a short line, then ``chars`` characters of code to fix
+    (a coding agent's request carries tens of kilobytes of it)."""
+    if not chars:
+        return f"idle {i}"
+    unit = ("def total(rows):\n    s = 0\n    for r in rows:\n        s += r['amount']\n"
+            "    return s / len(rows)\n\n")
+    code = (unit * (chars // len(unit) + 1))[:chars]
+    return f"idle {i}: fix the bug in this module.\n```python\n{code}\n```"
+
+
 async def _hold_idle(url: str, n: int, tokens: int, settle: float,
                      measure: Callable[[], int], *, answer: bool = False,
-                     wave: int = 50) -> tuple[int, int]:
+                     wave: int = 50, prompt_chars: int = 0) -> tuple[int, int]:
     """Open ``n`` streams that go silent after ``tokens`` token events (sim-stall for 24,
     sim-replay of :func:`_answer_trace` with ``answer``, otherwise sim-long-thinking; with
     a stall-mid-stream fault), ``wave`` at a time (each wave idle before the next opens),
-    wait until each saw them and ``settle`` seconds passed, return (streams held,
-    measure()) and close them."""
+    each with a user message of about ``prompt_chars`` characters (:func:`_prompt`), wait
+    until each saw them and ``settle`` seconds passed, return (streams held, measure())
+    and close them."""
     seen = [0]
     failures: list[Exception] = []
     # Notified when a stream reaches its idle point or fails.
@@ -288,13 +300,16 @@ async def _hold_idle(url: str, n: int, tokens: int, settle: float,
         body: dict[str, Any] = {"model": "sim-replay", "stream": True}
         headers |= {"X-Sim-Fault": "stall-mid-stream", "X-Sim-Fault-After": str(tokens)}
     elif tokens == _STALL_TOKENS:
-        body = {"model": "sim-stall", "stream": True, "max_tokens": 4096}
+        # The prompt counts against the context too: sim-stall stops after 24 anyway.
+        body = {"model": "sim-stall", "stream": True,
+                "max_tokens": 4096 if not prompt_chars else 256}
     else:
         body = {"model": "sim-long-thinking", "stream": True}
         headers |= {"X-Sim-Fault": "stall-mid-stream", "X-Sim-Fault-After": str(tokens)}
 
     async def stream(session: aiohttp.ClientSession, i: int) -> None:
-        data = json.dumps({**body, "messages": [{"role": "user", "content": f"idle {i}"}]})
+        data = json.dumps({**body, "messages": [{"role": "user",
+                                                  "content": _prompt(i, prompt_chars)}]})
         async with session.post(url + "/v1/chat/completions", data=data,
                                 headers=headers) as resp:
             if resp.status != 200:
@@ -368,12 +383,14 @@ async def memory(args: argparse.Namespace) -> dict[str, Any]:
             for proxy in proxies:
                 # Warm up with the same kind of streams, so the growth is per stream.
                 await _hold_idle(proxy.url, args.streams // 10, tokens, 0.5,
-                                 lambda: 0, answer=args.answer, wave=args.wave)
+                                 lambda: 0, answer=args.answer, wave=args.wave,
+                                 prompt_chars=args.prompt_chars)
                 await asyncio.sleep(1.0)
                 before = rss_bytes(proxy.pid)
                 held, after = await _hold_idle(proxy.url, args.streams, tokens, 1.0,
                                                functools.partial(rss_bytes, proxy.pid),
-                                               answer=args.answer, wave=args.wave)
+                                               answer=args.answer, wave=args.wave,
+                                               prompt_chars=args.prompt_chars)
                 per = (after - before) / max(1, held)
                 out[proxy.name] = {"streams": held, "rss_before": before, "rss_after": after,
                                    "bytes_per_stream": per}
@@ -462,6 +479,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--wave", type=int, default=50,
                    help="streams opened at a time, each wave idle before the next "
                         "(default 50; --wave N with N = --streams opens all at once)")
+    p.add_argument("--prompt-chars", type=int, default=0, metavar="N",
+                   help="each stream's user message carries N characters of code "
+                        "(default 0: a few words); what the proxies keep of the request "
+                        "while a stream is open")
     p.set_defaults(func=memory)
     p = sub.add_parser("workers", parents=[common])
     p.add_argument("--loads", default="128,256,384,512,640")
