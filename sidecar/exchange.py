@@ -1,8 +1,8 @@
 """Bookkeeping and request facts of one watched client request (pure).
 
 ``Exchange`` collects what happened (mode, verdicts, attempts, tokens, outcome) for the
-metrics and the access line; the functions read the facts of a request body that the
-proxy needs before and after the upstream answers.
+metrics and the access line; ``RequestFacts`` and the functions read the facts of a request
+body that the proxy needs before and after the upstream answers.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from detectors import Verdict
 from sidecar import ollama
 from sidecar.config import Mode
 from sidecar.metrics import Outcome
+from sidecar.reissue import prompt_fingerprint, thinking_disabled
 from sidecar.stream import Route
 
 # Choices the sidecar keeps books on per request; vLLM refuses far fewer than this anyway.
@@ -47,6 +48,36 @@ class Exchange:
     thinking_tokens: int = 0
     content_tokens: int = 0
     ttfc_seen: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class RequestFacts:
+    """What handling a watched request needs of its parsed body once the first attempt
+    starts. The proxy keeps these and the request's bytes while the stream is open, not
+    the parsed body: a coding agent's prompt is tens of kilobytes, and a parsed copy would
+    hold it a second time for the whole stream. A reissue parses the bytes again."""
+
+    #: The prompt's fingerprint, for the runaway memory (:func:`prompt_fingerprint`).
+    fingerprint: str
+    #: Choices asked for (``n``, 1 when absent or not an integer).
+    choices: int
+    #: The client turned thinking off itself (:func:`thinking_disabled`).
+    thinking_disabled: bool
+    #: The client gets usage: a non-streaming request, or ``include_usage``.
+    usage: bool
+    #: A streaming client asked for cumulative usage on every chunk.
+    continuous_usage: bool
+
+    @classmethod
+    def of(cls, body: dict[str, Any]) -> RequestFacts:
+        n = body.get("n", 1)
+        return cls(
+            fingerprint=prompt_fingerprint(body),
+            choices=max(1, n) if isinstance(n, int) else 1,
+            thinking_disabled=thinking_disabled(body),
+            usage=wants_usage(body),
+            continuous_usage=wants_continuous_usage(body),
+        )
 
 
 def watchable(raw: bytes, body: dict[str, Any]) -> bool:

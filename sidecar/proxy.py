@@ -48,13 +48,7 @@ from sidecar.errors import (
     map_upstream_exception,
     upstream_error_body,
 )
-from sidecar.exchange import (
-    Exchange,
-    max_tokens_of,
-    wants_continuous_usage,
-    wants_usage,
-    watchable,
-)
+from sidecar.exchange import Exchange, RequestFacts, max_tokens_of, watchable
 from sidecar.fleet import Fleet
 from sidecar.headers import forward_headers
 from sidecar.logs import access_log_fields, runaway_log_fields
@@ -64,7 +58,6 @@ from sidecar.policy import Decision, Policy, RequestView, header_thinking, rules
 from sidecar.reissue import (
     deep_merge,
     no_think_body,
-    prompt_fingerprint,
     salvage_body,
     thinking_disabled,
     thinking_off_patch,
@@ -341,10 +334,15 @@ class Proxy:
         if native is not None:
             sink = (NdjsonStreamSink(request, native) if ex.client_stream
                     else NdjsonBodySink(request, native))
+        # From here on the request is kept as its bytes and these facts (see RequestFacts).
+        facts = RequestFacts.of(body)
+        first = raw if ex.client_stream else orjson.dumps(
+            ollama.watched_body(body) if native else watched_body(body, client_stream=False))
+        del body
         self.metrics.stream_started()
         try:
             try:
-                await self._serve(request, ex, body, raw, detectors, sink)
+                await self._serve(request, ex, raw, facts, first, detectors, sink)
             except _RESETS as exc:
                 if not _reset_by_client(exc, request):
                     raise
@@ -398,29 +396,26 @@ class Proxy:
                           else cfg.detectors.thinking_seconds_budget)
         return mode, _with_budgets(cfg.detectors, budget, seconds_budget), decision, budget_key
 
-    async def _serve(self, request: web.Request, ex: Exchange, body: dict[str, Any], raw: bytes,
-                     detectors: DetectorConfig, sink: Sink) -> None:
-        """Run the first attempt and, after a cut, the reissue ladder."""
+    async def _serve(self, request: web.Request, ex: Exchange, raw: bytes, facts: RequestFacts,
+                     first: bytes, detectors: DetectorConfig, sink: Sink) -> None:
+        """Run the first attempt (``first``: the body it sends) and, after a cut, the
+        reissue ladder, whose bodies are made from ``raw``, the client's request."""
         cfg = self.config
         loop = asyncio.get_running_loop()
-        fingerprint = prompt_fingerprint(body)
         ladder: list[str] = list(cfg.reissue.ladder)
-        n = body.get("n", 1) if isinstance(body.get("n"), int) else 1
-        open_choices = list(range(max(1, n)))
+        n = facts.choices
+        open_choices = list(range(n))
         finished: set[int] = set()
-        upstream_body: dict[str, Any] | None = None
-        upstream_raw: bytes | None = raw if ex.client_stream else None
-        if (cfg.memory.enabled and ex.mode == "enforce" and not thinking_disabled(body)
-                and await self.fleet.recalls(fingerprint, loop.time())):
-            upstream_body = (ollama.no_think_body(body, self._off_rules(ex.native))
-                             if ex.native else
-                             no_think_body(body, cfg.reissue.rules, client_stream=ex.client_stream,
-                                           open_choices=len(open_choices)))
-            upstream_raw = None
+        upstream = first
+        if (cfg.memory.enabled and ex.mode == "enforce" and not facts.thinking_disabled
+                and await self.fleet.recalls(facts.fingerprint, loop.time())):
+            body = orjson.loads(raw)
+            upstream = orjson.dumps(
+                ollama.no_think_body(body, self._off_rules(ex.native)) if ex.native else
+                no_think_body(body, cfg.reissue.rules, client_stream=ex.client_stream,
+                              open_choices=len(open_choices)))
+            del body
             log.info("runaway_memory_hit", request_id=ex.request_id, model=ex.model)
-        elif upstream_raw is None:
-            upstream_body = (ollama.watched_body(body) if ex.native
-                             else watched_body(body, client_stream=False))
         step = "original"
         head: Head | None = None
         earlier = Totals()
@@ -432,8 +427,8 @@ class Proxy:
                 started_at=loop.time(), head=head, index_map=index_map,
                 reasoning_to_content=step == "salvage", aggregator=aggregator,
                 earlier=earlier, hide_reasoning=ex.hide_reasoning,
-                client_usage=wants_usage(body),
-                client_continuous_usage=wants_continuous_usage(body),
+                client_usage=facts.usage,
+                client_continuous_usage=facts.continuous_usage,
                 stop_on_verdict=ex.mode in ("enforce", "cut"),
                 keep_reasoning=ex.mode == "enforce" and "salvage" in ladder,
             ) if ex.native is None else OllamaAttempt(
@@ -443,7 +438,7 @@ class Proxy:
             )
             ex.attempts += 1
             try:
-                await self._attempt(request, ex, attempt, upstream_raw, upstream_body, sink)
+                await self._attempt(request, ex, attempt, upstream, sink)
             except _UpstreamStatus as st:
                 if attempt.number == 0:
                     ex.upstream_status = st.status
@@ -487,11 +482,11 @@ class Proxy:
                     await self.fleet.observe_thinking(ex.budget_key, ex.thinking_tokens)
                 return
             self._record_verdict(ex, attempt, verdict)
-            await self.fleet.remember(fingerprint, loop.time())
+            await self.fleet.remember(facts.fingerprint, loop.time())
             if attempt.number > 0:
                 self._reissue_done(ex, step, "runaway")
             finished |= _finished_client(attempt)
-            open_choices = [i for i in range(max(1, n)) if i not in finished]
+            open_choices = [i for i in range(n) if i not in finished]
             earlier = attempt.totals()
             if head is None:  # cut before the first chunk: nothing to splice into
                 head = Head(f"{'chatcmpl' if ex.route == 'chat' else 'cmpl'}-{ex.request_id}",
@@ -503,17 +498,17 @@ class Proxy:
                     self.metrics.ladder_exhausted(ex.model)
                 action = "cut" if ex.mode == "cut" else "finish"
                 await sink.end(head, verdict, action, ex.attempts - 1, open_choices,
-                               earlier, wants_usage(body))
+                               earlier, facts.usage)
                 return
             step = next_step
-            upstream_raw = None
-            upstream_body = self._step_body(body, step, ex, attempt, verdict,
-                                            len(open_choices))
-            if upstream_body is None:  # the step does not apply (e.g. salvage with n>1)
+            body = orjson.loads(raw)
+            step_body = self._step_body(body, step, ex, attempt, verdict, len(open_choices))
+            if step_body is None:  # the step does not apply (e.g. salvage with n>1)
                 step = "no-think"
-                upstream_body = self._step_body(body, step, ex, attempt, verdict,
-                                                len(open_choices))
-            assert upstream_body is not None
+                step_body = self._step_body(body, step, ex, attempt, verdict, len(open_choices))
+            assert step_body is not None
+            upstream = orjson.dumps(step_body)
+            del body, step_body
             index_map = dict(enumerate(open_choices))
             await sink.splice_start(head, verdict, f"reissue:{step}", ex.attempts - 1,
                                     [i for i in open_choices if attempt.inline_open(i)])
@@ -535,9 +530,8 @@ class Proxy:
                              open_choices=open_count, model=model)
 
     async def _attempt(self, request: web.Request, ex: Exchange, attempt: Attempt | OllamaAttempt,
-                       raw: bytes | None, body: dict[str, Any] | None, sink: Sink) -> None:
-        """One upstream request, pumped through ``attempt`` into ``sink``."""
-        data = raw if raw is not None else orjson.dumps(body)
+                       data: bytes, sink: Sink) -> None:
+        """One upstream request with body ``data``, pumped through ``attempt`` into ``sink``."""
         headers = forward_headers(request.headers, drop=("accept-encoding", "content-type"))
         headers["Content-Type"] = "application/json"
         stall = self.config.detectors.stall_seconds

@@ -1,18 +1,26 @@
-"""An idle stream holds its state, not its last read.
+"""An idle stream holds its state, not its last read, and its request once.
 
 While the upstream is silent the proxy waits in its next read. What it read last, and the
 bytes that read became for the client, must not stay bound meanwhile: a burst read in one
 go (vLLM flushing many tokens at once) would otherwise stay in memory for as long as the
 stream stays idle, once per idle stream.
+
+The request is kept for a reissue for as long as the stream is open. A coding agent's
+prompt is tens of kilobytes, so it is kept as the bytes the client sent (plus the body
+sent upstream when that differs), never also as a parsed copy.
 """
 
 from __future__ import annotations
 
 import asyncio
 import tracemalloc
+from pathlib import Path
 
 import aiohttp
 import orjson
+import pytest
+
+import sidecar
 
 from tests.reliability.harness import (
     SSE_CHUNKED_HEAD,
@@ -65,3 +73,51 @@ async def test_an_idle_stream_does_not_hold_its_last_read() -> None:
         await upstream.close()
     assert len(burst) > 50_000
     assert big == []
+
+
+PROMPT = 300_000
+
+
+@pytest.mark.parametrize(("stream", "copies"), [(True, 1), (False, 2)])
+async def test_an_open_stream_keeps_its_request_as_bytes(stream: bool, copies: int) -> None:
+    """A 300 KB prompt, a few events, then a silent upstream. While the stream is open the
+    sidecar's own code holds the request once for a streaming client (the bytes it read,
+    which are also what it sent upstream) and twice for a non-streaming one (those bytes
+    and the streaming body it sent instead), each a single block: no parsed copy of the
+    prompt (before, the parsed body was kept as well, and the non-streaming body twice)."""
+    events = b"".join(_event(i) for i in range(3))
+    upstream = RawUpstream(default=Reply(SSE_CHUNKED_HEAD + chunked(events), stall=30))
+    await upstream.start()
+    sidecar_server, _ = await start_sidecar(upstream.url, detectors={"stall_seconds": None})
+    # Built as bytes: the test itself holds no str of the prompt.
+    body = (b'{"model":"m","stream":' + (b"true" if stream else b"false") +
+            b',"messages":[{"role":"user","content":"fix this: ' + b"x = 1; " * (PROMPT // 7) +
+            b'"}]}')
+    ours = str(Path(sidecar.__file__).parent)
+    tracemalloc.start()
+    try:
+        async with aiohttp.ClientSession() as s, asyncio.timeout(10):
+            post = asyncio.ensure_future(s.post(
+                sidecar_server.make_url("/v1/chat/completions"), data=body))
+            if stream:
+                r = await post
+                seen = 0
+                while seen < 3:
+                    piece = await r.content.readany()
+                    assert piece
+                    seen += piece.count(b"\n\n")
+            # A non-streaming client has nothing to read until the end: wait until the
+            # upstream has the request and the sidecar has read the events.
+            while not upstream.requests:
+                await asyncio.sleep(0.05)
+            await asyncio.sleep(0.3)
+            held = [t.size for t in tracemalloc.take_snapshot().filter_traces(
+                        [tracemalloc.Filter(True, ours + "/*")]).traces
+                    if t.size >= PROMPT // 2]
+            post.cancel()
+    finally:
+        tracemalloc.stop()
+        await sidecar_server.close()
+        await upstream.close()
+    assert len(body) > PROMPT
+    assert len(held) == copies, held
