@@ -334,14 +334,16 @@ class Proxy:
         if native is not None:
             sink = (NdjsonStreamSink(request, native) if ex.client_stream
                     else NdjsonBodySink(request, native))
-        # From here on the request is kept as its bytes and these facts (see RequestFacts).
-        facts = RequestFacts.of(body)
-        first = raw if ex.client_stream else orjson.dumps(
-            ollama.watched_body(body) if native else watched_body(body, client_stream=False))
-        del body
         self.metrics.stream_started()
         try:
             try:
+                # From here on the request is kept as its bytes and these facts (see
+                # RequestFacts), not parsed: a reissue parses the bytes again.
+                facts = RequestFacts.of(body)
+                first = raw if ex.client_stream else orjson.dumps(
+                    ollama.watched_body(body) if native
+                    else watched_body(body, client_stream=False))
+                del body
                 await self._serve(request, ex, raw, facts, first, detectors, sink)
             except _RESETS as exc:
                 if not _reset_by_client(exc, request):
