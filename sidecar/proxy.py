@@ -399,16 +399,16 @@ class Proxy:
         return mode, _with_budgets(cfg.detectors, budget, seconds_budget), decision, budget_key
 
     async def _serve(self, request: web.Request, ex: Exchange, raw: bytes, facts: RequestFacts,
-                     first: bytes, detectors: DetectorConfig, sink: Sink) -> None:
-        """Run the first attempt (``first``: the body it sends) and, after a cut, the
-        reissue ladder, whose bodies are made from ``raw``, the client's request."""
+                     upstream: bytes, detectors: DetectorConfig, sink: Sink) -> None:
+        """Run the first attempt, which sends ``upstream``, and after a cut the reissue
+        ladder, whose bodies are made from ``raw``, the client's request (each replaces
+        ``upstream``: only the current attempt's body is kept)."""
         cfg = self.config
         loop = asyncio.get_running_loop()
         ladder: list[str] = list(cfg.reissue.ladder)
         n = facts.choices
         open_choices = list(range(n))
         finished: set[int] = set()
-        upstream = first
         if (cfg.memory.enabled and ex.mode == "enforce" and not facts.thinking_disabled
                 and await self.fleet.recalls(facts.fingerprint, loop.time())):
             body = orjson.loads(raw)
