@@ -340,11 +340,14 @@ class Proxy:
                 # From here on the request is kept as its bytes and these facts (see
                 # RequestFacts), not parsed: a reissue parses the bytes again.
                 facts = RequestFacts.of(body)
-                first = raw if ex.client_stream else orjson.dumps(
-                    ollama.watched_body(body) if native
-                    else watched_body(body, client_stream=False))
+                serving = self._serve(
+                    request, ex, raw, facts,
+                    raw if ex.client_stream else orjson.dumps(
+                        ollama.watched_body(body) if native
+                        else watched_body(body, client_stream=False)),
+                    detectors, sink)
                 del body
-                await self._serve(request, ex, raw, facts, first, detectors, sink)
+                await serving
             except _RESETS as exc:
                 if not _reset_by_client(exc, request):
                     raise

@@ -40,10 +40,12 @@ class Reply:
 
 @dataclass
 class RawUpstream:
-    """An HTTP/1.1 server on 127.0.0.1 that answers each request with ``replies[case]``
-    (chosen by the ``X-Fuzz-Case`` header, else ``default``), byte for byte."""
+    """An HTTP/1.1 server on 127.0.0.1 that answers each request with the next of
+    ``queue`` while it lasts, then with ``replies[case]`` (chosen by the ``X-Fuzz-Case``
+    header, else ``default``), byte for byte."""
 
     replies: dict[str, Reply] = field(default_factory=dict)
+    queue: list[Reply] = field(default_factory=list)
     default: Reply = field(default_factory=lambda: Reply(b"HTTP/1.1 204 No Content\r\n\r\n"))
     opened: int = 0
     closed: int = 0
@@ -81,7 +83,8 @@ class RawUpstream:
             await _read_body(reader, head)
             self.requests.append(head)
             case = _header(head, CASE_HEADER)
-            reply = self.replies.get(case or "", self.default)
+            reply = self.queue.pop(0) if self.queue else self.replies.get(case or "",
+                                                                          self.default)
             writer.write(reply.data)
             await writer.drain()
             if reply.stall:

@@ -21,7 +21,6 @@ import orjson
 import pytest
 
 import sidecar
-
 from tests.reliability.harness import (
     SSE_CHUNKED_HEAD,
     RawUpstream,
@@ -78,6 +77,22 @@ async def test_an_idle_stream_does_not_hold_its_last_read() -> None:
 PROMPT = 300_000
 
 
+def _big_request(stream: bool) -> bytes:
+    """A chat request with a ``PROMPT``-byte user message, built as bytes: the test itself
+    holds no str of the prompt."""
+    return (b'{"model":"m","stream":' + (b"true" if stream else b"false") +
+            b',"messages":[{"role":"user","content":"fix this: ' + b"x = 1; " * (PROMPT // 7) +
+            b'"}]}')
+
+
+def _held_by_sidecar() -> list[int]:
+    """Sizes of the live blocks of half the prompt or more that the sidecar's own code
+    allocated (tracemalloc must be tracing)."""
+    ours = str(Path(sidecar.__file__).parent)
+    snapshot = tracemalloc.take_snapshot().filter_traces([tracemalloc.Filter(True, ours + "/*")])
+    return [t.size for t in snapshot.traces if t.size >= PROMPT // 2]
+
+
 @pytest.mark.parametrize(("stream", "copies"), [(True, 1), (False, 2)])
 async def test_an_open_stream_keeps_its_request_as_bytes(stream: bool, copies: int) -> None:
     """A 300 KB prompt, a few events, then a silent upstream. While the stream is open the
@@ -89,11 +104,7 @@ async def test_an_open_stream_keeps_its_request_as_bytes(stream: bool, copies: i
     upstream = RawUpstream(default=Reply(SSE_CHUNKED_HEAD + chunked(events), stall=30))
     await upstream.start()
     sidecar_server, _ = await start_sidecar(upstream.url, detectors={"stall_seconds": None})
-    # Built as bytes: the test itself holds no str of the prompt.
-    body = (b'{"model":"m","stream":' + (b"true" if stream else b"false") +
-            b',"messages":[{"role":"user","content":"fix this: ' + b"x = 1; " * (PROMPT // 7) +
-            b'"}]}')
-    ours = str(Path(sidecar.__file__).parent)
+    body = _big_request(stream)
     tracemalloc.start()
     try:
         async with aiohttp.ClientSession() as s, asyncio.timeout(10):
@@ -111,9 +122,7 @@ async def test_an_open_stream_keeps_its_request_as_bytes(stream: bool, copies: i
             while not upstream.requests:
                 await asyncio.sleep(0.05)
             await asyncio.sleep(0.3)
-            held = [t.size for t in tracemalloc.take_snapshot().filter_traces(
-                        [tracemalloc.Filter(True, ours + "/*")]).traces
-                    if t.size >= PROMPT // 2]
+            held = _held_by_sidecar()
             post.cancel()
     finally:
         tracemalloc.stop()
@@ -121,3 +130,42 @@ async def test_an_open_stream_keeps_its_request_as_bytes(stream: bool, copies: i
         await upstream.close()
     assert len(body) > PROMPT
     assert len(held) == copies, held
+
+
+def _reasoning_event(i: int) -> bytes:
+    chunk = {"id": "c", "object": "chat.completion.chunk", "created": 1, "model": "m",
+             "choices": [{"index": 0, "delta": {"reasoning": f" step{i}"},
+                          "finish_reason": None}]}
+    return b"data: " + orjson.dumps(chunk) + b"\n\n"
+
+
+@pytest.mark.parametrize("stream", [True, False])
+async def test_a_reissue_keeps_the_request_and_its_own_body(stream: bool) -> None:
+    """The same prompt; the thinking budget (2 tokens) cuts the first attempt, and the
+    reissue's upstream answers one token and goes silent. While the reissue is open the
+    sidecar holds two blocks of the prompt's size, streaming client or not: the client's
+    bytes and the reissue's body (not the parsed body, nor the first attempt's body)."""
+    thinking = b"".join(_reasoning_event(i) for i in range(6))
+    upstream = RawUpstream(queue=[
+        Reply(SSE_CHUNKED_HEAD + chunked(thinking), stall=30),
+        Reply(SSE_CHUNKED_HEAD + chunked(_event(0)), stall=30),
+    ])
+    await upstream.start()
+    sidecar_server, _ = await start_sidecar(
+        upstream.url, detectors={"stall_seconds": None, "thinking_token_budget": 2})
+    body = _big_request(stream)
+    tracemalloc.start()
+    try:
+        async with aiohttp.ClientSession() as s, asyncio.timeout(10):
+            post = asyncio.ensure_future(s.post(
+                sidecar_server.make_url("/v1/chat/completions"), data=body))
+            while len(upstream.requests) < 2:
+                await asyncio.sleep(0.05)
+            await asyncio.sleep(0.3)
+            held = _held_by_sidecar()
+            post.cancel()
+    finally:
+        tracemalloc.stop()
+        await sidecar_server.close()
+        await upstream.close()
+    assert len(held) == 2, held
