@@ -70,6 +70,11 @@ def cpu_times(pid: int) -> tuple[float, float]:
     return user, system
 
 
+def cpu_by_process(pid: int) -> dict[int, float]:
+    """CPU seconds used so far by ``pid`` and by each of its live descendants."""
+    return {p: sum(_times_of(p)) for p in descendants(pid)}
+
+
 def cpu_seconds(pid: int) -> float:
     """CPU seconds used so far by ``pid`` and its live descendants."""
     return sum(cpu_times(pid))

@@ -16,8 +16,9 @@ Suites:
   configuration (direct to the simulator, bare pass-through, bare parsing proxy, sidecar
   shadow, sidecar enforce, optionally LiteLLM; ``off``: the sidecar with ``--mode off``,
   its plain pass-through path; ``enforce-notext``: enforce without the text detectors;
-  ``parsing-noread``: the parsing floor without aiohttp's per-read ``sock_read`` timer),
-  in the order A B C ... A B C ... for
+  ``enforce-w2``: enforce with ``--workers 2``, whose busiest process's share of the CPU
+  is reported too; ``parsing-noread``: the parsing floor without aiohttp's per-read
+  ``sock_read`` timer), in the order A B C ... A B C ... for
   ``reps`` repetitions. Per run: the proxy's CPU seconds per 1,000 chunks (its
   ``/proc`` CPU time delta over the run divided by the chunks the client received) and
   the kernel's part of them,
@@ -59,7 +60,7 @@ import aiohttp
 
 from benchmarks import procs
 from benchmarks.loadgen import LoadSpec, install_uvloop, run_load
-from benchmarks.procs import Proc, cpu_seconds, cpu_times, rss_bytes, running
+from benchmarks.procs import Proc, cpu_by_process, cpu_seconds, cpu_times, rss_bytes, running
 
 CONFIGS = ("direct", "passthrough", "parsing", "shadow", "enforce")
 #: ``enforce-notext``: enforce with the text detectors switched off (budgets and stall
@@ -82,6 +83,8 @@ def _setup(upstream: Proc, names: list[str], litellm: Path | None,
             out.append(procs.sidecar(name, upstream.url, name))
         elif name == "enforce-notext":
             out.append(procs.sidecar(name, upstream.url, "enforce", extra=NO_TEXT))
+        elif name == "enforce-w2":
+            out.append(procs.sidecar(name, upstream.url, "enforce", workers=2))
         elif name.endswith("-base"):
             assert baseline is not None
             out.append(procs.sidecar(name, upstream.url, name.removesuffix("-base"),
@@ -122,9 +125,11 @@ def _median(rows: list[dict[str, Any]], key: str) -> float:
 
 async def _measured(spec: LoadSpec, proxy: Proc | None, sim: Proc) -> dict[str, Any]:
     user0, sys0 = cpu_times(proxy.pid) if proxy else (0.0, 0.0)
+    each0 = cpu_by_process(proxy.pid) if proxy else {}
     sim0 = cpu_seconds(sim.pid)
     result = await run_load(spec)
     user1, sys1 = cpu_times(proxy.pid) if proxy else (0.0, 0.0)
+    each = {p: t - each0.get(p, 0.0) for p, t in cpu_by_process(proxy.pid).items()} if proxy else {}
     cpu = (user1 - user0) + (sys1 - sys0) if proxy else None
     sim_cpu = cpu_seconds(sim.pid) - sim0
     row = asdict(result)
@@ -135,6 +140,10 @@ async def _measured(spec: LoadSpec, proxy: Proc | None, sim: Proc) -> dict[str, 
     # makes the same system calls, so a difference between proxies is in user space.
     row["proxy_sys_per_1k"] = (sys1 - sys0) * per_k if proxy else None
     row["sim_cpu_per_1k"] = sim_cpu * per_k
+    # How a proxy of several processes (``serve --workers N``) split the work: the
+    # busiest process's share of their CPU (1.0 for a single process).
+    row["proxy_busiest_share"] = (max(each.values()) / sum(each.values())
+                                  if each and sum(each.values()) > 0 else None)
     return row
 
 
@@ -174,7 +183,9 @@ async def paced(args: argparse.Namespace) -> dict[str, Any]:
                     print(f"rep {rep} {name}: {row['chunks_per_s']:.0f} chunks/s, "
                           f"cpu/1k {row['proxy_cpu_per_1k'] or 0:.3f}s, "
                           f"gap p99 {row['gap_p99_ms']:.1f} ms, late p99 "
-                          f"{row['late_p99_ms']:.1f} ms, errors {row['errors']}", flush=True)
+                          f"{row['late_p99_ms']:.1f} ms, errors {row['errors']}"
+                          + (f", busiest process {row['proxy_busiest_share']:.0%} of its CPU"
+                             if (row["proxy_busiest_share"] or 1.0) < 1.0 else ""), flush=True)
                     await asyncio.sleep(1.0)
     _print_rows(f"paced: C={args.concurrency} x {args.rate} tok/s, {args.duration}s, "
                 f"{args.reps} reps (medians)", rows, [

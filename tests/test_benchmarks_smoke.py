@@ -20,8 +20,8 @@ from aiohttp.test_utils import TestServer
 from benchmarks import hotpath, native
 from benchmarks.floor import make_app as make_floor_app
 from benchmarks.loadgen import LoadResult, LoadSpec, percentile, run_load
-from benchmarks.procs import cpu_seconds, cpu_times
-from benchmarks.run import _ANSWER_TOKENS, _answer_trace, _hold_idle
+from benchmarks.procs import cpu_by_process, cpu_seconds, cpu_times
+from benchmarks.run import _ANSWER_TOKENS, _answer_trace, _hold_idle, _prompt
 from benchmarks.separation import copied, hedging, stalled_vocabulary
 from tests.stack import Stack, start_stack, stop_stack
 
@@ -93,6 +93,39 @@ async def test_memory_holds_streams_idle_in_waves(stack: Stack) -> None:
     # Three waves one after another, each 24 tokens at the simulator's 50 tok/s (0.48 s):
     # all five at once would take one wave's time.
     assert elapsed >= 3 * 0.4, elapsed
+
+
+async def test_memory_streams_can_carry_a_long_prompt(stack: Stack) -> None:
+    """``memory --prompt-chars``: streams whose user message carries 4,000 characters of
+    code still reach their idle point (the simulator counts the prompt in its context)."""
+    held, _ = await _hold_idle(stack.url, 2, 24, 0.1, lambda: 0, wave=2, prompt_chars=4000)
+    assert held == 2
+    assert _prompt(7, 0) == "idle 7"
+    long = _prompt(7, 4000)
+    assert long.startswith("idle 7: ")
+    assert 4000 < len(long) < 4100
+
+
+def test_cpu_by_process_counts_each_child() -> None:
+    """``cpu_by_process`` reports this process and a busy child separately, and the two
+    add up to ``cpu_seconds`` (how a proxy of several workers is split)."""
+    burn = ("import sys, time\nt = time.process_time()\n"
+            "while time.process_time() - t < 0.3: pass\nsys.stdin.read()")
+    child = subprocess.Popen([sys.executable, "-c", burn], stdin=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 20
+        while cpu_by_process(os.getpid()).get(child.pid, 0.0) < 0.25:
+            assert time.monotonic() < deadline, "the child never used 0.25 s of CPU"
+            time.sleep(0.05)
+        each = cpu_by_process(os.getpid())
+        total = cpu_seconds(os.getpid())
+    finally:
+        assert child.stdin is not None
+        child.stdin.close()
+        child.wait(timeout=10)
+    assert set(each) >= {os.getpid(), child.pid}
+    assert each[child.pid] >= 0.25
+    assert total == pytest.approx(sum(each.values()), abs=0.1)
 
 
 async def test_memory_reports_a_stream_that_cannot_go_idle(stack: Stack) -> None:
