@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import tracemalloc
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import orjson
@@ -93,6 +94,40 @@ def _held_by_sidecar() -> list[int]:
     return [t.size for t in snapshot.traces if t.size >= PROMPT // 2]
 
 
+async def _held_while_open(upstream: RawUpstream, body: bytes, *, requests: int,
+                           read_events: int, detectors: dict[str, Any]) -> list[int]:
+    """Post ``body`` through a sidecar in front of ``upstream`` (with ``detectors``),
+    read ``read_events`` events of its answer, wait until the upstream has had
+    ``requests`` requests and the sidecar a moment to read what they were answered, and
+    return :func:`_held_by_sidecar` while the request is still open."""
+    await upstream.start()
+    sidecar_server, _ = await start_sidecar(upstream.url, detectors=detectors)
+    tracemalloc.start()
+    try:
+        async with aiohttp.ClientSession() as s, asyncio.timeout(10):
+            post = asyncio.ensure_future(s.post(
+                sidecar_server.make_url("/v1/chat/completions"), data=body))
+            if read_events:
+                r = await post
+                seen = 0
+                while seen < read_events:
+                    piece = await r.content.readany()
+                    assert piece
+                    seen += piece.count(b"\n\n")
+            # A non-streaming client has nothing to read until the end: wait until the
+            # upstream has the requests and the sidecar has read what they got.
+            while len(upstream.requests) < requests:
+                await asyncio.sleep(0.05)
+            await asyncio.sleep(0.3)
+            held = _held_by_sidecar()
+            post.cancel()
+    finally:
+        tracemalloc.stop()
+        await sidecar_server.close()
+        await upstream.close()
+    return held
+
+
 @pytest.mark.parametrize(("stream", "copies"), [(True, 1), (False, 2)])
 async def test_an_open_stream_keeps_its_request_as_bytes(stream: bool, copies: int) -> None:
     """A 300 KB prompt, a few events, then a silent upstream. While the stream is open the
@@ -102,32 +137,9 @@ async def test_an_open_stream_keeps_its_request_as_bytes(stream: bool, copies: i
     prompt (before, the parsed body was kept as well, and the non-streaming body twice)."""
     events = b"".join(_event(i) for i in range(3))
     upstream = RawUpstream(default=Reply(SSE_CHUNKED_HEAD + chunked(events), stall=30))
-    await upstream.start()
-    sidecar_server, _ = await start_sidecar(upstream.url, detectors={"stall_seconds": None})
     body = _big_request(stream)
-    tracemalloc.start()
-    try:
-        async with aiohttp.ClientSession() as s, asyncio.timeout(10):
-            post = asyncio.ensure_future(s.post(
-                sidecar_server.make_url("/v1/chat/completions"), data=body))
-            if stream:
-                r = await post
-                seen = 0
-                while seen < 3:
-                    piece = await r.content.readany()
-                    assert piece
-                    seen += piece.count(b"\n\n")
-            # A non-streaming client has nothing to read until the end: wait until the
-            # upstream has the request and the sidecar has read the events.
-            while not upstream.requests:
-                await asyncio.sleep(0.05)
-            await asyncio.sleep(0.3)
-            held = _held_by_sidecar()
-            post.cancel()
-    finally:
-        tracemalloc.stop()
-        await sidecar_server.close()
-        await upstream.close()
+    held = await _held_while_open(upstream, body, requests=1, read_events=3 if stream else 0,
+                                  detectors={"stall_seconds": None})
     assert len(body) > PROMPT
     assert len(held) == copies, held
 
@@ -150,22 +162,6 @@ async def test_a_reissue_keeps_the_request_and_its_own_body(stream: bool) -> Non
         Reply(SSE_CHUNKED_HEAD + chunked(thinking), stall=30),
         Reply(SSE_CHUNKED_HEAD + chunked(_event(0)), stall=30),
     ])
-    await upstream.start()
-    sidecar_server, _ = await start_sidecar(
-        upstream.url, detectors={"stall_seconds": None, "thinking_token_budget": 2})
-    body = _big_request(stream)
-    tracemalloc.start()
-    try:
-        async with aiohttp.ClientSession() as s, asyncio.timeout(10):
-            post = asyncio.ensure_future(s.post(
-                sidecar_server.make_url("/v1/chat/completions"), data=body))
-            while len(upstream.requests) < 2:
-                await asyncio.sleep(0.05)
-            await asyncio.sleep(0.3)
-            held = _held_by_sidecar()
-            post.cancel()
-    finally:
-        tracemalloc.stop()
-        await sidecar_server.close()
-        await upstream.close()
+    held = await _held_while_open(upstream, _big_request(stream), requests=2, read_events=0,
+                                  detectors={"stall_seconds": None, "thinking_token_budget": 2})
     assert len(held) == 2, held
