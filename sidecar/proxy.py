@@ -414,12 +414,8 @@ class Proxy:
         finished: set[int] = set()
         if (cfg.memory.enabled and ex.mode == "enforce" and not facts.thinking_disabled
                 and await self.fleet.recalls(facts.fingerprint, loop.time())):
-            body = orjson.loads(raw)
             upstream = orjson.dumps(
-                ollama.no_think_body(body, self._off_rules(ex.native)) if ex.native else
-                no_think_body(body, cfg.reissue.rules, client_stream=ex.client_stream,
-                              open_choices=len(open_choices)))
-            del body
+                self._no_think_body(orjson.loads(raw), ex, len(open_choices)))
             log.info("runaway_memory_hit", request_id=ex.request_id, model=ex.model)
         step = "original"
         head: Head | None = None
@@ -521,17 +517,22 @@ class Proxy:
     def _step_body(self, body: dict[str, Any], step: str, ex: Exchange,
                    attempt: Attempt | OllamaAttempt, verdict: Verdict,
                    open_count: int) -> dict[str, Any] | None:
-        rules = self.config.reissue.rules
-        if ex.native is not None:  # no salvage on the native API: no prefill to continue
-            fallback = step.split(":", 1)[1] if step.startswith("fallback:") else None
-            return (None if step == "salvage" else
-                    ollama.no_think_body(body, self._off_rules(ex.native), model=fallback))
         if step == "salvage":
+            if ex.native is not None:  # no salvage on the native API: no prefill to continue
+                return None
             index = attempt.verdict_index if attempt.verdict_index is not None else 0
             reasoning = useful_reasoning(attempt.reasoning_of(index), verdict.evidence.excerpt)
             return salvage_body(body, reasoning, client_stream=ex.client_stream)
         model = step.split(":", 1)[1] if step.startswith("fallback:") else None
-        return no_think_body(body, rules, client_stream=ex.client_stream,
+        return self._no_think_body(body, ex, open_count, model)
+
+    def _no_think_body(self, body: dict[str, Any], ex: Exchange, open_count: int,
+                       model: str | None = None) -> dict[str, Any]:
+        """The thinking-off request for ``body`` in ``ex``'s dialect (on ``model`` for a
+        fallback step), asking for the ``open_count`` choices still open."""
+        if ex.native is not None:
+            return ollama.no_think_body(body, self._off_rules(ex.native), model=model)
+        return no_think_body(body, self.config.reissue.rules, client_stream=ex.client_stream,
                              open_choices=open_count, model=model)
 
     async def _attempt(self, request: web.Request, ex: Exchange, attempt: Attempt | OllamaAttempt,
