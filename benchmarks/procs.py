@@ -60,19 +60,20 @@ def _times_of(pid: int) -> tuple[float, float]:
     return int(fields[11]) / _TICK, int(fields[12]) / _TICK  # utime, stime, all threads
 
 
+def cpu_by_process(pid: int) -> dict[int, tuple[float, float]]:
+    """User and system CPU seconds used so far by ``pid`` and by each of its live
+    descendants, by process."""
+    return {p: _times_of(p) for p in descendants(pid)}
+
+
+def total_times(each: dict[int, tuple[float, float]]) -> tuple[float, float]:
+    """User and system CPU seconds of all the processes of a ``cpu_by_process`` reading."""
+    return sum(u for u, _ in each.values()), sum(s for _, s in each.values())
+
+
 def cpu_times(pid: int) -> tuple[float, float]:
     """User and system CPU seconds used so far by ``pid`` and its live descendants."""
-    user = system = 0.0
-    for p in descendants(pid):
-        u, s = _times_of(p)
-        user += u
-        system += s
-    return user, system
-
-
-def cpu_by_process(pid: int) -> dict[int, float]:
-    """CPU seconds used so far by ``pid`` and by each of its live descendants."""
-    return {p: sum(_times_of(p)) for p in descendants(pid)}
+    return total_times(cpu_by_process(pid))
 
 
 def cpu_seconds(pid: int) -> float:

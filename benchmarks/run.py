@@ -60,7 +60,7 @@ import aiohttp
 
 from benchmarks import procs
 from benchmarks.loadgen import LoadSpec, install_uvloop, run_load
-from benchmarks.procs import Proc, cpu_by_process, cpu_seconds, cpu_times, rss_bytes, running
+from benchmarks.procs import Proc, cpu_by_process, cpu_seconds, rss_bytes, running, total_times
 
 CONFIGS = ("direct", "passthrough", "parsing", "shadow", "enforce")
 #: ``enforce-notext``: enforce with the text detectors switched off (budgets and stall
@@ -124,12 +124,14 @@ def _median(rows: list[dict[str, Any]], key: str) -> float:
 
 
 async def _measured(spec: LoadSpec, proxy: Proc | None, sim: Proc) -> dict[str, Any]:
-    user0, sys0 = cpu_times(proxy.pid) if proxy else (0.0, 0.0)
+    # One /proc reading of the proxy's processes at each end: their totals and, for a
+    # proxy of several processes, how the work was split.
     each0 = cpu_by_process(proxy.pid) if proxy else {}
     sim0 = cpu_seconds(sim.pid)
     result = await run_load(spec)
-    user1, sys1 = cpu_times(proxy.pid) if proxy else (0.0, 0.0)
-    each = {p: t - each0.get(p, 0.0) for p, t in cpu_by_process(proxy.pid).items()} if proxy else {}
+    each1 = cpu_by_process(proxy.pid) if proxy else {}
+    (user0, sys0), (user1, sys1) = total_times(each0), total_times(each1)
+    each = {p: sum(t) - sum(each0.get(p, (0.0, 0.0))) for p, t in each1.items()}
     cpu = (user1 - user0) + (sys1 - sys0) if proxy else None
     sim_cpu = cpu_seconds(sim.pid) - sim0
     row = asdict(result)
