@@ -1,4 +1,5 @@
-"""The sidecar's exceptions, and the one place where aiohttp's are mapped onto them.
+"""The sidecar's exceptions, and the one place where aiohttp's (and ``sidecar.http1``'s)
+are mapped onto them.
 
 ::
 
@@ -23,6 +24,8 @@ from typing import Literal
 
 import aiohttp
 import orjson
+
+from sidecar.http1 import ProtocolError, Truncated
 
 UpstreamErrorKind = Literal["connect", "timeout", "reset", "status_5xx", "protocol", "other"]
 
@@ -79,6 +82,12 @@ def map_upstream_exception(exc: BaseException, *, headers_received: bool) -> Ups
     """
     if isinstance(exc, UpstreamError):
         return exc
+    if isinstance(exc, Truncated):
+        if headers_received:
+            return UpstreamDisconnected("upstream closed the connection mid-response")
+        return UpstreamConnectError("upstream closed the connection before answering")
+    if isinstance(exc, ProtocolError):
+        return UpstreamProtocolError(f"upstream sent a malformed HTTP response: {exc}")
     if isinstance(exc, (asyncio.TimeoutError, aiohttp.ServerTimeoutError)):
         return UpstreamTimeoutError("upstream timed out")
     if isinstance(exc, aiohttp.ClientPayloadError) or headers_received:

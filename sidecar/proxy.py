@@ -3,8 +3,9 @@
 Everything that decides (what a chunk means, whether a detector fired, what the
 reissue body is, which bytes a splice writes) lives in pure modules; the handlers here
 only carry those decisions out. The only other modules that await a socket are
-``sidecar.sinks`` (writing a watched response to the client) and ``sidecar.fleet`` (the
-optional Redis behind the runaway memory).
+``sidecar.sinks`` (writing a watched response to the client), ``sidecar.upstream`` (the
+watched requests' upstream connections) and ``sidecar.fleet`` (the optional Redis behind
+the runaway memory).
 
 Two kinds of routes:
 
@@ -51,6 +52,7 @@ from sidecar.errors import (
 from sidecar.exchange import Exchange, RequestFacts, max_tokens_of, watchable
 from sidecar.fleet import Fleet
 from sidecar.headers import forward_headers
+from sidecar.http1 import ProtocolError
 from sidecar.logs import access_log_fields, runaway_log_fields
 from sidecar.metrics import LadderStep, Metrics, Outcome
 from sidecar.ollama_attempt import OllamaAttempt
@@ -67,6 +69,7 @@ from sidecar.reissue import (
 from sidecar.sinks import BodySink, NdjsonBodySink, NdjsonStreamSink, Sink, StreamSink
 from sidecar.splice import Head
 from sidecar.stream import Route
+from sidecar.upstream import UpstreamPool
 from sidecar.watch import Attempt, Totals
 
 log = structlog.get_logger("runaway_sidecar")
@@ -100,16 +103,16 @@ class Proxy:
         self.policy = Policy(rules_of(config.policy.rules, config.policy.presets))
         self._base = config.upstream.rstrip("/")
         self._session: aiohttp.ClientSession | None = None
-        # Watched streams keep their own read timeout (``_attempt``): aiohttp's sock_read
-        # re-arms a timer on every read, which cost ~8 us per chunk under paced load.
-        self._watched_timeout = aiohttp.ClientTimeout(
-            total=None, connect=self.config.upstream_connect_timeout_seconds, sock_read=None)
+        # Watched requests: their own connections and HTTP/1.1 reader (``sidecar.upstream``)
+        # and their own read timeout (``_attempt``).
+        self._upstream = UpstreamPool(self._base, self.config.upstream_connect_timeout_seconds)
         self.draining = False
 
     # -- lifecycle -------------------------------------------------------------------
 
     async def start(self) -> None:
-        """Open the upstream connection pool (one per process)."""
+        """Open the pass-through routes' upstream pool (aiohttp's; one per process). The
+        watched requests' pool (``sidecar.upstream``) opens connections as it needs them."""
         cfg = self.config
         self._session = aiohttp.ClientSession(
             connector=aiohttp.TCPConnector(limit=0, enable_cleanup_closed=True),
@@ -144,9 +147,10 @@ class Proxy:
             evidence=found.evidence, upstream=self._base)
 
     async def close(self) -> None:
-        """Close the upstream pool and the fleet memory's Redis pool."""
+        """Close the upstream pools and the fleet memory's Redis pool."""
         if self._session is not None:
             await self._session.close()
+        self._upstream.close()
         await self.fleet.close()
 
     def reconfigure(self, config: Config) -> None:
@@ -550,14 +554,11 @@ class Proxy:
         loop = asyncio.get_running_loop()
         headers_received = False
         try:
-            request_cm = self.session.post(
-                self._base + (ollama.NATIVE_PATHS[ex.native] if ex.native else
-                              "/v1/chat/completions" if ex.route == "chat" else "/v1/completions"),
-                data=data, headers=headers, timeout=self._watched_timeout,
-            )
+            path = (ollama.NATIVE_PATHS[ex.native] if ex.native else
+                    "/v1/chat/completions" if ex.route == "chat" else "/v1/completions")
             # The upstream's answer head within the read timeout, as sock_read would.
             async with asyncio.timeout(read_timeout):
-                up = await request_cm
+                up = await self._upstream.post(path, headers.items(), data)
             async with up:
                 headers_received = True
                 ctype = up.headers.get("Content-Type", "")
@@ -566,7 +567,7 @@ class Proxy:
                     raise _UpstreamStatus(up.status, up.headers, await up.read())
                 ex.upstream_status = up.status
                 sink.upstream_headers(up.headers)
-                reader = up.content
+                reader = up
                 # The deadline is pushed back at most once per ``step`` while bytes arrive.
                 # When it expires the clock-driven detectors look, and reading goes on
                 # unless their verdict stops the attempt (not in shadow mode) or nothing
@@ -626,7 +627,7 @@ class Proxy:
                     up.close()  # not release(): vLLM must see the disconnect and abort
                 elif not attempt.done and (not attempt.choices or attempt.open_choices):
                     raise UpstreamDisconnected("upstream ended the stream before it finished")
-        except (TimeoutError, aiohttp.ClientError, OSError) as exc:
+        except (TimeoutError, aiohttp.ClientError, OSError, ProtocolError) as exc:
             if _reset_by_client(exc, request):
                 raise  # a write to a client that went away: ``_watched`` counts a disconnect
             if (isinstance(exc, TimeoutError) and headers_received
