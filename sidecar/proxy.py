@@ -45,6 +45,7 @@ from sidecar.errors import (
     RequestTooLarge,
     UpstreamDisconnected,
     UpstreamError,
+    UpstreamTimeoutError,
     error_body,
     map_upstream_exception,
     upstream_error_body,
@@ -557,8 +558,14 @@ class Proxy:
             path = (ollama.NATIVE_PATHS[ex.native] if ex.native else
                     "/v1/chat/completions" if ex.route == "chat" else "/v1/completions")
             # The upstream's answer head within the read timeout, as sock_read would.
-            async with asyncio.timeout(read_timeout):
-                up = await self._upstream.post(path, headers.items(), data)
+            try:
+                async with asyncio.timeout(read_timeout):
+                    up = await self._upstream.post(path, headers.items(), data)
+            except TimeoutError as exc:
+                if isinstance(exc, UpstreamError):
+                    raise
+                raise UpstreamTimeoutError(
+                    f"no response from upstream within {read_timeout:g} s") from None
             async with up:
                 headers_received = True
                 ctype = up.headers.get("Content-Type", "")
@@ -608,7 +615,7 @@ class Proxy:
                         break
                     except TimeoutError:
                         if not deadline.expired():
-                            raise  # aiohttp's own timeout: the reader is dead now
+                            raise  # not the deadline's: a timeout from further down
                         now = loop.time()
                         if writing:
                             # A client slow to take bytes held the write past the deadline
@@ -618,7 +625,7 @@ class Proxy:
                             deadline_at = heard_by + window
                             continue
                         if read_timeout is not None and now - heard_by >= read_timeout:
-                            raise aiohttp.ServerTimeoutError(
+                            raise UpstreamTimeoutError(
                                 f"no bytes from upstream for {read_timeout:g} s") from None
                         if attempt.tick(now) is not None and attempt.stopped:
                             break

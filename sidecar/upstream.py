@@ -10,8 +10,9 @@ another, and closes it otherwise. :meth:`UpstreamResponse.close` closes it at on
 is how a stream is cut: the upstream sees the disconnect and aborts the request (vLLM
 frees its KV cache).
 
-Errors, mapped by ``sidecar.errors.map_upstream_exception``: ``OSError`` from connecting or
-from the socket, ``TimeoutError`` from the connect timeout, :class:`~sidecar.http1.Truncated`
+Errors: :class:`~sidecar.errors.UpstreamTimeoutError` when the connect timeout passes, and,
+mapped by ``sidecar.errors.map_upstream_exception``: ``OSError`` from connecting or from
+the socket, :class:`~sidecar.http1.Truncated`
 when the connection closed before the head or mid-body, and
 :class:`~sidecar.http1.ProtocolError` for a response that is not HTTP/1.1.
 
@@ -31,6 +32,7 @@ from typing import cast
 from multidict import CIMultiDict
 from yarl import URL
 
+from sidecar.errors import UpstreamTimeoutError
 from sidecar.http1 import ResponseHead, ResponseReader, Truncated, request_head
 
 #: Unread bytes at which a connection stops reading its socket.
@@ -222,10 +224,14 @@ class UpstreamPool:
 
     async def _connect(self) -> _Connection:
         loop = asyncio.get_running_loop()
-        async with asyncio.timeout(self._connect_timeout):
-            _, conn = await loop.create_connection(
-                _Connection, self._host, self._port, ssl=self._ssl,
-                server_hostname=self._host if self._ssl is not None else None)
+        try:
+            async with asyncio.timeout(self._connect_timeout):
+                _, conn = await loop.create_connection(
+                    _Connection, self._host, self._port, ssl=self._ssl,
+                    server_hostname=self._host if self._ssl is not None else None)
+        except TimeoutError:
+            raise UpstreamTimeoutError(
+                f"upstream connect timed out after {self._connect_timeout:g} s") from None
         return conn
 
     async def post(self, path: str, headers: Iterable[tuple[str, str]],

@@ -52,6 +52,7 @@ async def test_silent_before_headers_is_504(stream: bool) -> None:
     status, data, took = await request(Reply(b"", stall=30), stream=stream)
     assert status == 504
     assert orjson.loads(data)["error"]["type"] == "GatewayTimeoutError"
+    assert orjson.loads(data)["error"]["message"] == "no response from upstream within 0.5 s"
     assert took < READ_TIMEOUT + 2
 
 
@@ -62,6 +63,7 @@ async def test_silent_mid_stream_ends_with_error_event() -> None:
     assert data.startswith(EVENT)
     error = orjson.loads(data[len(EVENT) + 6 : data.index(b"\n\ndata: [DONE]")])["error"]
     assert error["code"] == 504
+    assert error["message"] == "no bytes from upstream for 0.5 s"
     assert data.endswith(b"data: [DONE]\n\n")
     assert READ_TIMEOUT <= took < READ_TIMEOUT + 2
 

@@ -4,6 +4,8 @@ the errors a broken upstream causes, against real servers on loopback."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import socket
 import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
@@ -12,6 +14,7 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
+from sidecar.errors import UpstreamTimeoutError
 from sidecar.http1 import ProtocolError, Truncated
 from sidecar.upstream import HIGH_WATER, UpstreamPool
 from tests.reliability.harness import SSE_CHUNKED_HEAD, RawUpstream, Reply, chunked
@@ -149,13 +152,15 @@ async def test_idle_connection_closed_by_upstream_is_not_reused(
 async def test_reading_pauses_while_nobody_reads(aiohttp_server: ServerFactory,
                                                  pool: list[UpstreamPool]) -> None:
     """An upstream much faster than the reader: at most about ``HIGH_WATER`` bytes wait in
-    the process, and every byte arrives once reading goes on."""
+    the process, and every byte arrives once reading goes on. About: the socket read that
+    crosses the mark (up to 256 KiB, the event loop's read size) and the body bytes that
+    came with the head (one such read) come on top."""
     up = Upstream(events=2000, size=1000)  # about 2 MB
     server = await aiohttp_server(up.app())
     p = new_pool(pool, f"http://127.0.0.1:{server.port}")
     async with await p.post("/v1/chat/completions", [], b"{}") as resp:
         await asyncio.sleep(0.5)
-        assert 0 < resp.unread <= HIGH_WATER + 256 * 1024
+        assert 0 < resp.unread <= HIGH_WATER + 2 * 256 * 1024
         body = await resp.read()
     assert len(body) == sum(len(b"data: \n\n") + 1000 * len(str(i)) for i in range(2000))
 
@@ -203,6 +208,27 @@ async def test_malformed_response_is_a_protocol_error(pool: list[UpstreamPool]) 
             await p.post("/v1/chat/completions", [], b"{}")
     finally:
         await upstream.close()
+
+
+async def test_connect_timeout() -> None:
+    """A connect that does not complete within the connect timeout (a listener whose accept
+    queue is full drops the handshake) raises ``UpstreamTimeoutError`` saying so."""
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(0)
+        port = listener.getsockname()[1]
+        fillers = [socket.socket() for _ in range(3)]
+        try:
+            for f in fillers:
+                f.setblocking(False)
+                with contextlib.suppress(BlockingIOError):
+                    f.connect(("127.0.0.1", port))
+            p = UpstreamPool(f"http://127.0.0.1:{port}", 0.3)
+            with pytest.raises(UpstreamTimeoutError, match=r"connect timed out after 0\.3 s"):
+                await p.post("/v1/chat/completions", [], b"{}")
+        finally:
+            for f in fillers:
+                f.close()
 
 
 async def test_refused(pool: list[UpstreamPool], unused_tcp_port: int) -> None:
