@@ -6,6 +6,8 @@ Run from the repository root::
         --upstream http://127.0.0.1:8001
     .venv/bin/python -m benchmarks.floor --kind parsing --listen 127.0.0.1:8102 \\
         --upstream http://127.0.0.1:8001
+    .venv/bin/python -m benchmarks.floor --kind parsing-lean --listen 127.0.0.1:8103 \\
+        --upstream http://127.0.0.1:8001
 
 - ``passthrough``: relays ``POST /v1/chat/completions`` and ``/v1/completions``, status,
   content type and body bytes as they arrive. Nothing else.
@@ -13,11 +15,16 @@ Run from the repository root::
   sends), ``orjson.loads`` each ``data:`` payload and reads the delta text of every
   choice, then forwards the original bytes of the completed events. This is the least
   work any stream-watching proxy has to do.
+- ``parsing-lean``: ``parsing`` reading the upstream the way the sidecar's watched
+  requests do (``sidecar.upstream``: HTTP/1.1 on plain asyncio connections) instead of
+  through aiohttp's client. Against it, the sidecar's ratio is the cost of its watching
+  alone, with the read path the same on both sides.
 
-Both use one upstream connection pool per process and uvloop when installed, like the
-sidecar. No logging, no metrics, no error mapping: they are floors, not products. Both
-bound the silence between upstream reads with aiohttp's ``sock_read`` timeout
-(``--read-timeout``, 120 s; 0 for none), which re-arms a timer on every read.
+All use one upstream connection pool per process and uvloop when installed, like the
+sidecar. No logging, no metrics, no error mapping: they are floors, not products.
+``passthrough`` and ``parsing`` bound the silence between upstream reads with aiohttp's
+``sock_read`` timeout (``--read-timeout``, 120 s; 0 for none), which re-arms a timer on
+every read; ``parsing-lean`` has no read timeout.
 """
 
 from __future__ import annotations
@@ -29,6 +36,8 @@ from typing import Any
 import aiohttp
 import orjson
 from aiohttp import web
+
+from sidecar.upstream import UpstreamPool
 
 _DROP = frozenset({"host", "content-length", "transfer-encoding", "connection",
                    "accept-encoding", "keep-alive"})
@@ -68,6 +77,38 @@ def parse_events(buf: bytes, chunk: bytes) -> tuple[bytes, bytes, int]:
         if event.startswith(b"data: ") and event != b"data: [DONE]":
             chars += delta_text(orjson.loads(event[6:]))
     return done, rest, chars
+
+
+def make_lean_app(upstream: str) -> web.Application:
+    """The ``parsing-lean`` floor: ``parsing`` on the sidecar's watched-request client."""
+    app = web.Application()
+    pool = UpstreamPool(upstream, 10.0)
+
+    async def close(_app: web.Application) -> None:
+        pool.close()
+
+    app.on_cleanup.append(close)
+
+    async def handle(request: web.Request) -> web.StreamResponse:
+        body = await request.read()
+        headers = [(k, v) for k, v in request.headers.items() if k.lower() not in _DROP]
+        async with await pool.post(request.path, headers, body) as up:
+            resp = web.StreamResponse(status=up.status)
+            resp.content_type = up.headers.get("Content-Type", "").split(";")[0] or "text/plain"
+            await resp.prepare(request)
+            buf = b""
+            while chunk := await up.readany():
+                done, buf, _chars = parse_events(buf, chunk)
+                if done:
+                    await resp.write(done)
+            if buf:
+                await resp.write(buf)
+            await resp.write_eof()
+            return resp
+
+    app.router.add_post("/v1/chat/completions", handle)
+    app.router.add_post("/v1/completions", handle)
+    return app
 
 
 def make_app(upstream: str, *, parsing: bool, read_timeout: float = 120.0) -> web.Application:
@@ -114,7 +155,8 @@ def make_app(upstream: str, *, parsing: bool, read_timeout: float = 120.0) -> we
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--kind", choices=("passthrough", "parsing"), required=True)
+    parser.add_argument("--kind", choices=("passthrough", "parsing", "parsing-lean"),
+                        required=True)
     parser.add_argument("--listen", default="127.0.0.1:8101", metavar="HOST:PORT")
     parser.add_argument("--upstream", required=True, help="e.g. http://127.0.0.1:8001")
     parser.add_argument("--read-timeout", type=float, default=120.0, metavar="SECONDS",
@@ -127,8 +169,10 @@ def main(argv: list[str] | None = None) -> int:
     else:
         asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
     host, _, port = args.listen.rpartition(":")
-    web.run_app(make_app(args.upstream.rstrip("/"), parsing=args.kind == "parsing",
-                         read_timeout=args.read_timeout),
+    upstream = args.upstream.rstrip("/")
+    app = (make_lean_app(upstream) if args.kind == "parsing-lean" else
+           make_app(upstream, parsing=args.kind == "parsing", read_timeout=args.read_timeout))
+    web.run_app(app,
                 host=host, port=int(port), access_log=None, print=None,
                 handler_cancellation=True)
     return 0

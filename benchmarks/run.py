@@ -18,7 +18,8 @@ Suites:
   its plain pass-through path; ``enforce-notext``: enforce without the text detectors;
   ``enforce-w2``: enforce with ``--workers 2``, whose busiest process's share of the CPU
   is reported too; ``parsing-noread``: the parsing floor without aiohttp's per-read
-  ``sock_read`` timer), in the order A B C ... A B C ... for
+  ``sock_read`` timer; ``parsing-lean``: the parsing floor reading the upstream through
+  the sidecar's own watched-request client), in the order A B C ... A B C ... for
   ``reps`` repetitions. Per run: the proxy's CPU seconds per 1,000 chunks (its
   ``/proc`` CPU time delta over the run divided by the chunks the client received) and
   the kernel's part of them,
@@ -75,7 +76,7 @@ def _setup(upstream: Proc, names: list[str], litellm: Path | None,
     """The proxies named in ``names`` (``direct`` needs none), in front of ``upstream``."""
     out: list[Proc] = []
     for name in names:
-        if name in ("passthrough", "parsing"):
+        if name in ("passthrough", "parsing", "parsing-lean"):
             out.append(procs.floor(name, upstream.url))
         elif name == "parsing-noread":
             out.append(procs.floor("parsing", upstream.url, name, ("--read-timeout", "0")))

@@ -19,6 +19,7 @@ from aiohttp.test_utils import TestServer
 
 from benchmarks import hotpath, native
 from benchmarks.floor import make_app as make_floor_app
+from benchmarks.floor import make_lean_app as make_lean_floor_app
 from benchmarks.loadgen import LoadResult, LoadSpec, percentile, run_load
 from benchmarks.procs import cpu_by_process, cpu_seconds, cpu_times
 from benchmarks.run import _ANSWER_TOKENS, _answer_trace, _hold_idle, _prompt
@@ -63,9 +64,13 @@ async def test_loadgen_through_sidecar(stack: Stack) -> None:
     assert ramped.is_set()
 
 
-async def test_loadgen_through_parsing_floor(stack: Stack) -> None:
-    """The bare parsing proxy of the benchmark relays complete streams too."""
-    floor = TestServer(make_floor_app(stack.sim_url, parsing=True), host="127.0.0.1")
+@pytest.mark.parametrize("lean", [False, True])
+async def test_loadgen_through_parsing_floor(stack: Stack, lean: bool) -> None:
+    """The bare parsing proxy of the benchmark relays complete streams too, on aiohttp's
+    client and on the sidecar's (``parsing-lean``)."""
+    app = (make_lean_floor_app(stack.sim_url) if lean else
+           make_floor_app(stack.sim_url, parsing=True))
+    floor = TestServer(app, host="127.0.0.1")
     await floor.start_server()
     try:
         url = str(floor.make_url("")).rstrip("/")
