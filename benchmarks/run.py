@@ -231,7 +231,7 @@ async def ttfb(args: argparse.Namespace) -> dict[str, Any]:
         names.append("litellm")
     sim = procs.simulator("simulator", args.rate)
     with running([sim], args.logs):
-        proxies = _setup(sim, names, args.litellm)
+        proxies = _setup(sim, names, args.litellm, args.baseline)
         with running(proxies, args.logs):
             by_name = {p.name: p for p in proxies}
             rows: dict[str, list[dict[str, Any]]] = {n: [] for n in names}
