@@ -44,7 +44,7 @@ from benchmarks.run import _setup
 
 TRACED = ROOT / "benchmarks" / "traced.py"
 #: Configurations this suite can trace (proxies: ``direct`` has none, LiteLLM is not ours).
-KNOWN = ("passthrough", "parsing", "off", "shadow", "enforce", "enforce-notext",
+KNOWN = ("passthrough", "parsing", "parsing-lean", "off", "shadow", "enforce", "enforce-notext",
          "enforce-base", "shadow-base")
 
 
