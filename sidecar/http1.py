@@ -75,7 +75,9 @@ def request_head(method: str, target: str, host: str, headers: Iterable[tuple[st
             raise ValueError(f"header {name!r} cannot be sent")
         lines.append(f"{name}: {value}")
     lines.append(f"Content-Length: {length}")
-    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+    # aiohttp decodes the client's header values as UTF-8, keeping undecodable bytes as
+    # surrogates: encoding them back the same way sends the client's bytes unchanged.
+    return ("\r\n".join(lines) + "\r\n\r\n").encode("utf-8", "surrogateescape")
 
 
 def _parse_head(raw: bytes) -> ResponseHead:
@@ -90,7 +92,8 @@ def _parse_head(raw: bytes) -> ResponseHead:
         name, colon, value = line.partition(b":")
         if not colon or not name or not set(name) <= _TOKEN:
             raise ProtocolError(f"bad header line {line[:80]!r}")
-        headers.add(name.decode("ascii"), value.strip(b" \t").decode("latin-1"))
+        # As aiohttp does, so a value relayed to the client keeps its bytes.
+        headers.add(name.decode("ascii"), value.strip(b" \t").decode("utf-8", "surrogateescape"))
     reason = parts[2].decode("latin-1") if len(parts) > 2 else ""
     return ResponseHead(int(parts[1]), reason, headers, version == b"HTTP/1.1")
 

@@ -283,6 +283,17 @@ def test_request_head() -> None:
                     b"Content-Length: 12\r\n\r\n")
 
 
+def test_header_bytes_round_trip() -> None:
+    """Header values keep their bytes both ways, UTF-8 or not (as aiohttp decodes them)."""
+    value = b"caf\xc3\xa9 \xe4\xb8\xad \xff".decode("utf-8", "surrogateescape")
+    head = request_head("POST", "/", "h", [("X-Name", value)], 0)
+    assert b"X-Name: caf\xc3\xa9 \xe4\xb8\xad \xff\r\n" in head
+    reader = ResponseReader()
+    got = reader.head(b"HTTP/1.1 200 OK\r\nX-Name: caf\xc3\xa9 \xff\r\nContent-Length: 0\r\n\r\n")
+    assert got is not None
+    assert got.headers["X-Name"].encode("utf-8", "surrogateescape") == b"caf\xc3\xa9 \xff"
+
+
 @pytest.mark.parametrize("header", [("X-A", "1\r\nX-Injected: 1"), ("X-A\n", "1"), ("X:A", "1")])
 def test_request_head_refuses_injection(header: tuple[str, str]) -> None:
     """A header name or value that would end the line or the name is refused."""

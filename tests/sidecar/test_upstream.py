@@ -10,6 +10,7 @@ import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
+import aiohttp
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
@@ -17,7 +18,13 @@ from aiohttp.test_utils import TestServer
 from sidecar.errors import UpstreamTimeoutError
 from sidecar.http1 import ProtocolError, Truncated
 from sidecar.upstream import HIGH_WATER, UpstreamPool
-from tests.reliability.harness import SSE_CHUNKED_HEAD, RawUpstream, Reply, chunked
+from tests.reliability.harness import (
+    SSE_CHUNKED_HEAD,
+    RawUpstream,
+    Reply,
+    chunked,
+    start_sidecar,
+)
 
 ServerFactory = Callable[..., Awaitable[TestServer]]
 #: A self-signed certificate for localhost and 127.0.0.1, valid until 2126, made with
@@ -253,3 +260,29 @@ async def test_https_upstream_verified(aiohttp_server: ServerFactory, pool: list
     async with await new_pool(pool, url).post("/v1/chat/completions", [], b"{}") as resp:
         assert await resp.read() == b"data: 000\n\ndata: 111\n\n"
     assert up.seen[0][1]["Host"] == f"localhost:{server.port}"
+
+
+async def test_watched_request_headers_reach_upstream_byte_for_byte() -> None:
+    """Through the sidecar, a watched request's headers reach the upstream with their bytes
+    (UTF-8 here), hop-by-hop ones dropped and the body's length recomputed."""
+    event = b'data: {"id":"c","object":"chat.completion.chunk","created":1,"model":"m",' \
+            b'"choices":[{"index":0,"delta":{"content":"ok"},"finish_reason":"stop"}]}\n\n'
+    upstream = RawUpstream(default=Reply(SSE_CHUNKED_HEAD + chunked(event + b"data: [DONE]\n\n")
+                                         + b"0\r\n\r\n"))
+    await upstream.start()
+    sidecar, _ = await start_sidecar(upstream.url)
+    body = b'{"model":"m","stream":true,"messages":[{"role":"user","content":"x"}]}'
+    try:
+        async with aiohttp.ClientSession() as s, s.post(
+                sidecar.make_url("/v1/chat/completions"), data=body,
+                headers={"X-Name": "caf\u00e9 \u4e2d", "Keep-Alive": "timeout=5",
+                         "Content-Type": "application/json"}) as r:
+            assert r.status == 200
+            assert (await r.read()).endswith(b"data: [DONE]\n\n")
+    finally:
+        await sidecar.close()
+        await upstream.close()
+    head = upstream.requests[0]
+    assert b"\r\nX-Name: caf\xc3\xa9 \xe4\xb8\xad\r\n" in head
+    assert b"keep-alive" not in head.lower()
+    assert f"\r\nContent-Length: {len(body)}\r\n".encode() in head
