@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import aiohttp
@@ -79,6 +80,20 @@ def parse_events(buf: bytes, chunk: bytes) -> tuple[bytes, bytes, int]:
     return done, rest, chars
 
 
+async def relay_parsed(read: Callable[[], Awaitable[bytes]],
+                       resp: web.StreamResponse) -> None:
+    """The parsing floors' loop: each read goes through :func:`parse_events` and the
+    completed events are written; the rest and the end follow the last read."""
+    buf = b""
+    while chunk := await read():
+        done, buf, _chars = parse_events(buf, chunk)
+        if done:
+            await resp.write(done)
+    if buf:
+        await resp.write(buf)
+    await resp.write_eof()
+
+
 def make_lean_app(upstream: str) -> web.Application:
     """The ``parsing-lean`` floor: ``parsing`` on the sidecar's watched-request client."""
     app = web.Application()
@@ -96,14 +111,7 @@ def make_lean_app(upstream: str) -> web.Application:
             resp = web.StreamResponse(status=up.status)
             resp.content_type = up.headers.get("Content-Type", "").split(";")[0] or "text/plain"
             await resp.prepare(request)
-            buf = b""
-            while chunk := await up.readany():
-                done, buf, _chars = parse_events(buf, chunk)
-                if done:
-                    await resp.write(done)
-            if buf:
-                await resp.write(buf)
-            await resp.write_eof()
+            await relay_parsed(up.readany, resp)
             return resp
 
     app.router.add_post("/v1/chat/completions", handle)
@@ -137,15 +145,9 @@ def make_app(upstream: str, *, parsing: bool, read_timeout: float = 120.0) -> we
             if not parsing:
                 while chunk := await reader.readany():
                     await resp.write(chunk)
+                await resp.write_eof()
             else:
-                buf = b""
-                while chunk := await reader.readany():
-                    done, buf, _chars = parse_events(buf, chunk)
-                    if done:
-                        await resp.write(done)
-                if buf:
-                    await resp.write(buf)
-            await resp.write_eof()
+                await relay_parsed(reader.readany, resp)
             return resp
 
     app.router.add_post("/v1/chat/completions", handle)

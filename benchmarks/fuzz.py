@@ -95,6 +95,29 @@ def stream_bytes(rng: random.Random) -> bytes:
     return random_body(rng)
 
 
+def http1_bytes(rng: random.Random) -> bytes:
+    """An upstream response: ``stream_bytes`` as a chunked, length or close-framed body,
+    then maybe mutated, or random bytes."""
+    body = stream_bytes(rng)[:100_000]
+    framing = rng.choice(["chunked", "length", "close", "noise"])
+    if framing == "noise":
+        return rng.randbytes(rng.randint(0, 200))
+    if framing == "chunked":
+        cut = sorted(rng.randint(0, len(body)) for _ in range(rng.randint(0, 5)))
+        parts = [body[a:b] for a, b in zip([0, *cut], [*cut, len(body)], strict=True)]
+        wire = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n" + b"".join(
+            f"{len(x):x}\r\n".encode() + x + b"\r\n" for x in parts if x) + b"0\r\n\r\n"
+    elif framing == "length":
+        wire = b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % len(body) + body
+    else:
+        wire = b"HTTP/1.1 200 OK\r\nConnection: close\r\n\r\n" + body
+    data = bytearray(wire)
+    for _ in range(rng.choice([0, 0, 1, 3])):
+        pos = rng.randrange(len(data) + 1)
+        data[pos:pos + rng.randint(0, 10)] = rng.randbytes(rng.randint(0, 6))
+    return bytes(data)
+
+
 def nested(rng: random.Random) -> Any:
     value: Any = rng.choice(WEIRD)
     for i in range(rng.choice([0, 5, 200, 254, 255, 600, 1100])):
@@ -127,6 +150,7 @@ def route(rng: random.Random) -> Any:
 TARGETS: dict[str, Callable[[random.Random], object]] = {
     "sse": lambda r: (d := stream_bytes(r), p.check_sse(d, cuts(r, len(d)),
                                                         r.choice([64, 4096, 1 << 20]))),
+    "http1": lambda r: (d := http1_bytes(r), p.check_http1(d, cuts(r, len(d)))),
     "stream_model": lambda r: p.check_stream_model(
         route(r), [orjson.dumps(chunk(r)) if r.random() < 0.8 else r.randbytes(20)
                    for _ in range(r.randint(1, 6))], r.random() < 0.3),

@@ -18,6 +18,7 @@ from detectors import DetectorConfig
 from sidecar.aggregate import Aggregator
 from sidecar.config import DEFAULT_THINKING_OFF_RULES
 from sidecar.errors import UpstreamProtocolError
+from sidecar.http1 import ProtocolError, ResponseReader
 from sidecar.reissue import (
     no_think_body,
     prompt_fingerprint,
@@ -69,6 +70,36 @@ def check_sse(data: bytes, cuts: Sequence[int], max_event_bytes: int = 1 << 20) 
     assert [(e.raw, e.data) for e in events] == [(e.raw, e.data) for e in ref + ref_tail]
     assert rest == ref_rest
     return len(events)
+
+
+def _read_response(parts: Sequence[bytes]) -> tuple[int, bytes, bool] | None:
+    """Status, body and whether the message ended, of ``parts`` fed to a reader as socket
+    reads and then the close; None when the reader raised ``ProtocolError``."""
+    reader = ResponseReader()
+    status, body = 0, []
+    try:
+        for part in parts:
+            if not status:
+                head = reader.head(part)
+                if head is not None:
+                    status = head.status
+                    body.append(reader.body(b""))
+            else:
+                body.append(reader.body(part))
+        if status:
+            reader.eof()
+    except ProtocolError:
+        return None
+    return status, b"".join(body), reader.done
+
+
+def check_http1(data: bytes, cuts: Sequence[int]) -> int:
+    """The HTTP/1.1 reader fed ``data`` in pieces, then the close, raises nothing but
+    ``ProtocolError``, and gives the same status, body and end as when fed ``data`` whole
+    (or the error in both cases). Returns the body's length, -1 on an error."""
+    split = _read_response(pieces(data, cuts))
+    assert split == _read_response([data])
+    return -1 if split is None else len(split[1])
 
 
 def _stream_outcome(model: StreamModel, data: bytes) -> list[Any] | str:

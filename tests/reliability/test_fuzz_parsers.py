@@ -1,5 +1,6 @@
-"""Hypothesis fuzzing of the pure parsers: SSE decoder, stream model, aggregator, watched
-attempt and reissue-body rewriting raise only their documented exceptions."""
+"""Hypothesis fuzzing of the pure parsers: SSE decoder, HTTP/1.1 response reader, stream
+model, aggregator, watched attempt and reissue-body rewriting raise only their documented
+exceptions."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from tests.conftest import CAPTURES
 from tests.reliability.properties import (
     check_aggregator,
     check_attempt,
+    check_http1,
     check_reissue,
     check_sse,
     check_stream_model,
@@ -51,6 +53,30 @@ def sse_bytes() -> st.SearchStrategy[bytes]:
     return noise | captured | st.binary(max_size=300)
 
 
+def http1_bytes() -> st.SearchStrategy[bytes]:
+    """Responses as a streaming upstream writes them (a head, chunks of captured events),
+    cut and mutated, or raw noise made of HTTP-ish pieces."""
+    def wire(events: bytes, framing: str) -> bytes:
+        parts = [e + b"\n\n" for e in events.split(b"\n\n") if e]
+        if framing == "chunked":
+            body = b"".join(f"{len(p):x}\r\n".encode() + p + b"\r\n" for p in parts)
+            return b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n" + body + b"0\r\n\r\n"
+        body = b"".join(parts)
+        if framing == "length":
+            return b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % len(body) + body
+        return b"HTTP/1.0 200 OK\r\n\r\n" + body
+    whole = st.builds(wire, st.sampled_from(CAPTURED), st.sampled_from(["chunked", "length",
+                                                                         "close"]))
+    mutated = st.tuples(whole, st.integers(0, 50_000), st.integers(0, 50_000),
+                        st.binary(max_size=8)).map(
+        lambda t: t[0][: t[1]] + t[3] + t[0][t[1] + t[2]:] if t[2] else t[0][: t[1]])
+    token = st.sampled_from([b"HTTP/1.1 ", b"200 OK", b"100 Continue", b"\r\n", b"\r\n\r\n",
+                             b"Transfer-Encoding: chunked", b"Content-Length: 5", b"0\r\n",
+                             b"5\r\n", b"ffffffff\r\n", b";x=y", b"Connection: close", b":"])
+    noise = st.lists(token | st.binary(max_size=20), max_size=30).map(b"".join)
+    return whole | mutated | noise
+
+
 def chunk_like(route: str) -> st.SearchStrategy[dict[str, Any]]:
     """Chunk-shaped objects where any field may hold any JSON value."""
     delta = st.fixed_dictionaries({}, optional={
@@ -71,6 +97,13 @@ def chunk_like(route: str) -> st.SearchStrategy[dict[str, Any]]:
         "choices": JSON | st.lists(JSON | choice, max_size=3), "usage": JSON | usage,
         "error": st.none() | JSON, "system_fingerprint": JSON, "prompt_token_ids": JSON,
         "kv_transfer_params": JSON})
+
+
+@FUZZ
+@given(http1_bytes(), st.lists(st.integers(0, 60_000), max_size=12))
+def test_http1_reader_is_total_and_split_independent(data: bytes, cuts: list[int]) -> None:
+    """The HTTP/1.1 reader raises only ProtocolError and ignores how input is split."""
+    check_http1(data, cuts)
 
 
 @FUZZ
