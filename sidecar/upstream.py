@@ -12,9 +12,8 @@ frees its KV cache).
 
 Errors: :class:`~sidecar.errors.UpstreamTimeoutError` when the connect timeout passes, and,
 mapped by ``sidecar.errors.map_upstream_exception``: ``OSError`` from connecting or from
-the socket, :class:`~sidecar.http1.Truncated`
-when the connection closed before the head or mid-body, and
-:class:`~sidecar.http1.ProtocolError` for a response that is not HTTP/1.1.
+the socket, :class:`~sidecar.http1.Truncated` when the connection closed before the head
+or mid-body, and :class:`~sidecar.http1.ProtocolError` for a response that is not HTTP/1.1.
 
 Reading is flow-controlled: the socket stops being read once :data:`HIGH_WATER` bytes wait
 unread (a client slower than the upstream), and resumes when they are taken.
@@ -203,11 +202,11 @@ class UpstreamPool:
         self._idle: collections.deque[_Connection] = collections.deque()
 
     def put(self, conn: _Connection) -> None:
-        """Keep ``conn`` for the next request (the newest is used first)."""
-        loop = asyncio.get_running_loop()
-        now = loop.time()
+        """Keep ``conn`` for the next request (the newest is used first); the oldest idle
+        connections that can no longer be used are closed on the way."""
+        now = asyncio.get_running_loop().time()
         idle = self._idle
-        while idle and (idle[0].closed or now - idle[0].idle_since > KEEPALIVE_SECONDS):
+        while idle and not _usable(idle[0], now):
             idle.popleft().close()
         conn.idle_since = now
         idle.append(conn)
@@ -217,7 +216,7 @@ class UpstreamPool:
         idle = self._idle
         while idle:
             conn = idle.pop()
-            if conn.reusable and now - conn.idle_since <= KEEPALIVE_SECONDS:
+            if _usable(conn, now):
                 return conn
             conn.close()
         return None
@@ -256,6 +255,12 @@ class UpstreamPool:
         """Close every idle connection (at shutdown)."""
         while self._idle:
             self._idle.pop().close()
+
+
+def _usable(conn: _Connection, now: float) -> bool:
+    """Whether the idle ``conn`` may carry the next request: open, quiet while idle, and
+    idle for at most :data:`KEEPALIVE_SECONDS`."""
+    return conn.reusable and now - conn.idle_since <= KEEPALIVE_SECONDS
 
 
 async def _head(conn: _Connection, reader: ResponseReader) -> ResponseHead:
