@@ -574,7 +574,6 @@ class Proxy:
                     raise _UpstreamStatus(up.status, up.headers, await up.read())
                 ex.upstream_status = up.status
                 sink.upstream_headers(up.headers)
-                reader = up
                 # The deadline is pushed back at most once per ``step`` while bytes arrive.
                 # When it expires the clock-driven detectors look, and reading goes on
                 # unless their verdict stops the attempt (not in shadow mode) or nothing
@@ -587,7 +586,7 @@ class Proxy:
                     try:
                         async with asyncio.timeout_at(deadline_at) as deadline:
                             while True:
-                                chunk = await reader.readany()
+                                chunk = await up.readany()
                                 now = loop.time()
                                 if not chunk:
                                     tail = attempt.eof(now)
