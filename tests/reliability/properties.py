@@ -18,7 +18,7 @@ from detectors import DetectorConfig
 from sidecar.aggregate import Aggregator
 from sidecar.config import DEFAULT_THINKING_OFF_RULES
 from sidecar.errors import UpstreamProtocolError
-from sidecar.http1 import ProtocolError, ResponseReader
+from sidecar.http1 import ProtocolError, ResponseHead, ResponseReader
 from sidecar.reissue import (
     no_think_body,
     prompt_fingerprint,
@@ -72,25 +72,34 @@ def check_sse(data: bytes, cuts: Sequence[int], max_event_bytes: int = 1 << 20) 
     return len(events)
 
 
+def feed_response(reader: ResponseReader,
+                  parts: Sequence[bytes]) -> tuple[ResponseHead | None, bytes]:
+    """Feed ``parts`` to ``reader`` as socket reads: its head (None while incomplete) and
+    the body bytes they carried."""
+    head = None
+    body = []
+    for part in parts:
+        if head is None:
+            head = reader.head(part)
+            if head is not None:
+                body.append(reader.body(b""))
+        else:
+            body.append(reader.body(part))
+    return head, b"".join(body)
+
+
 def _read_response(parts: Sequence[bytes]) -> tuple[int, bytes, bool] | None:
-    """Status, body and whether the message ended, of ``parts`` fed to a reader as socket
-    reads and then the close; None when the reader raised ``ProtocolError``."""
+    """Status (0 without a head), body and whether the message ended, of ``parts`` fed to a
+    reader as socket reads and then the close; None when the reader raised
+    ``ProtocolError``."""
     reader = ResponseReader()
-    status, body = 0, []
     try:
-        for part in parts:
-            if not status:
-                head = reader.head(part)
-                if head is not None:
-                    status = head.status
-                    body.append(reader.body(b""))
-            else:
-                body.append(reader.body(part))
-        if status:
+        head, body = feed_response(reader, parts)
+        if head is not None:
             reader.eof()
     except ProtocolError:
         return None
-    return status, b"".join(body), reader.done
+    return (0 if head is None else head.status), body, reader.done
 
 
 def check_http1(data: bytes, cuts: Sequence[int]) -> int:

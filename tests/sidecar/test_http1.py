@@ -18,7 +18,7 @@ from sidecar.http1 import (
     Truncated,
     request_head,
 )
-from tests.reliability.properties import pieces
+from tests.reliability.properties import feed_response, pieces
 
 CAPTURES = Path(__file__).parent.parent / "data" / "captures" / "vllm-0.32.0"
 #: vLLM 0.32.0's head for a stream, as captured (the body there is already de-chunked).
@@ -37,20 +37,12 @@ def vllm_wire(events: bytes = EVENTS) -> bytes:
     return head + body + b"0\r\n\r\n"
 
 
-def read_all(pieces: list[bytes]) -> tuple[ResponseHead, bytes, ResponseReader]:
-    """Feed ``pieces`` as socket reads; the head, the body and the reader after them."""
+def read_all(reads: list[bytes]) -> tuple[ResponseHead, bytes, ResponseReader]:
+    """Feed ``reads`` as socket reads; the head, the body and the reader after them."""
     reader = ResponseReader()
-    head = None
-    body = []
-    for piece in pieces:
-        if head is None:
-            head = reader.head(piece)
-            if head is not None:
-                body.append(reader.body(b""))
-        else:
-            body.append(reader.body(piece))
+    head, body = feed_response(reader, reads)
     assert head is not None
-    return head, b"".join(body), reader
+    return head, body, reader
 
 
 def feed_each(feed: Callable[[bytes], object], pieces: list[bytes]) -> None:
