@@ -8,8 +8,8 @@
 #    torchvision, torchaudio and torchcodec are removed from it: they break torch 2.13.0+cpu.
 # 2. Builds the tiny models (tests/e2e/tiny_model.py), cached by a hash of that file.
 # 3. Starts one vLLM server per model on loopback, one at a time by default (about 2.5 GiB
-#    each), and one sidecar in front of each. The servers load tests/e2e/vllm_site (a
-#    shorter GIL switch interval: the CPU engine otherwise delivers streams seconds late).
+#    each), and one sidecar in front of each. The servers load tests/e2e/vllm_site (the CPU
+#    engine's busy-wait sleeps instead of spinning: it otherwise delivers streams seconds late).
 # 4. Runs `pytest -m vllm` on tests/e2e (with --record: first records fresh captures into
 #    tests/data/captures/e2e; --record-only: only that). --serve starts everything, writes
 #    the test environment to $LOGS/env.sh and waits (until Ctrl-C or E2E_TIMEOUT), for
@@ -208,7 +208,7 @@ declare -A VLLM_URL SIDECAR_URL SIDECAR_METRICS
 start_vllm() {
   local kind=$1 port
   port=$(free_port)
-  # tests/e2e/vllm_site: a shorter GIL switch interval for vLLM's CPU engine (see there).
+  # tests/e2e/vllm_site: vLLM's CPU engine sleeps instead of spinning on sched_yield (see there).
   PYTHONPATH="$ROOT/tests/e2e/vllm_site" setsid "$VENV/bin/python" -m vllm.entrypoints.openai.api_server \
     --model "$MODELS/$kind" --served-model-name "tiny-$kind" \
     --host 127.0.0.1 --port "$port" "${VLLM_ARGS[@]}" >"$LOGS/vllm-$kind.log" 2>&1 &
