@@ -37,13 +37,16 @@ Suites:
 - ``workers``: the highest paced load (streams x rate) the sidecar holds with
   ``--workers 1`` and ``--workers 2`` (held: >= 95 % of offered chunks/s delivered, p99
   lateness <= ``--late-ms``, no errors); the simulator alone is measured the same way
-  because on a small machine it, and the load generator, are the ceiling.
+  because on a small machine it, and the load generator, are the ceiling. With
+  ``--cpu-quota F`` every serving process is held to F of one CPU (``cpuquota``), as if
+  each worker had a core of that size.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import functools
 import json
 import math
@@ -59,7 +62,7 @@ from typing import Any
 
 import aiohttp
 
-from benchmarks import procs
+from benchmarks import cpuquota, procs
 from benchmarks.loadgen import LoadSpec, install_uvloop, run_load
 from benchmarks.procs import Proc, cpu_by_process, cpu_seconds, rss_bytes, running, total_times
 
@@ -424,7 +427,10 @@ async def workers(args: argparse.Namespace) -> dict[str, Any]:
                     for w in (1, 2)]
         for name, proxy in targets:
             ctx = running([proxy], args.logs) if proxy else running([], args.logs)
-            with ctx:
+            with ctx, contextlib.ExitStack() as quota:
+                serving = _serving_pids(proxy) if proxy else []
+                if serving and args.cpu_quota:
+                    quota.enter_context(cpuquota.limited(serving, args.cpu_quota))
                 await run_load(LoadSpec(proxy.url if proxy else sim.url, 8, 1.0, args.rate,
                                         max_tokens=20, ramp=0))
                 best = 0
@@ -432,25 +438,45 @@ async def workers(args: argparse.Namespace) -> dict[str, Any]:
                 for c in loads:
                     spec = LoadSpec(proxy.url if proxy else sim.url, c, args.duration,
                                     args.rate, max_tokens=args.max_tokens)
+                    throttled0 = _throttled(serving, args.cpu_quota)
                     row = await _measured(spec, proxy, sim)
+                    row["throttled_s"] = _throttled(serving, args.cpu_quota) - throttled0
                     held = (row["chunks_per_s"] >= 0.95 * row["offered_per_s"]
                             and row["late_p99_ms"] <= args.late_ms and row["errors"] == 0)
                     row["held"] = held
                     steps.append(row)
                     print(f"{name} C={c}: {row['chunks_per_s']:.0f}/{row['offered_per_s']:.0f}"
                           f" chunks/s, late p99 {row['late_p99_ms']:.0f} ms, cpu/1k "
-                          f"{row['proxy_cpu_per_1k'] or 0:.4f}, held={held}", flush=True)
+                          f"{row['proxy_cpu_per_1k'] or 0:.4f}"
+                          + (f", proxy CPU {row['proxy_cpu_s']:.1f} s, "
+                             f"throttled {row['throttled_s']:.1f} s"
+                             if args.cpu_quota and proxy else "")
+                          + f", held={held}", flush=True)
                     await asyncio.sleep(1.0)
                     if not held:
                         break
                     best = c
                 out[name] = {"highest_held_streams": best,
                              "highest_held_chunks_per_s": best * args.rate, "steps": steps}
+    if args.cpu_quota:
+        print(f"\nEach serving process held to {args.cpu_quota:g} of a CPU (cgroup quota).")
     print("\n| target | highest held load (streams x rate) | chunks/s |\n|---|---|---|")
     for name, res in out.items():
         print(f"| {name} | {res['highest_held_streams']} x {args.rate:g} | "
               f"{res['highest_held_chunks_per_s']:.0f} |")
     return {"suite": "workers", "args": _jsonable(args), "results": out}
+
+
+def _serving_pids(proxy: Proc) -> list[int]:
+    """The processes that proxy: ``serve --workers N`` with N > 1 is a supervisor (which
+    only waits) and N workers below it; with one worker, the process itself."""
+    below = procs.descendants(proxy.pid)
+    return [p for p in below if p != proxy.pid] if len(below) > 1 else below
+
+
+def _throttled(pids: list[int], quota: float | None) -> float:
+    """Seconds the CPU quota held ``pids`` back so far, summed (0 without a quota)."""
+    return sum(cpuquota.throttled_seconds(p) for p in pids) if quota else 0.0
 
 
 def _jsonable(args: argparse.Namespace) -> dict[str, Any]:
@@ -501,6 +527,11 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("workers", parents=[common])
     p.add_argument("--loads", default="128,256,384,512,640")
     p.add_argument("--late-ms", type=float, default=200.0)
+    p.add_argument("--cpu-quota", type=float, metavar="F",
+                   help="hold each serving process to F of one CPU (e.g. 0.3) through a "
+                        "cgroup of its own (root, or a delegated cgroup): one worker gets F, "
+                        "two get F each, as if each had a core, at a size the rig can feed "
+                        "(see benchmarks/cpuquota.py)")
     p.set_defaults(func=workers, duration=8.0)
     args = parser.parse_args(argv)
     install_uvloop()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import math
 import os
@@ -17,12 +18,12 @@ from pathlib import Path
 import pytest
 from aiohttp.test_utils import TestServer
 
-from benchmarks import hotpath, native
+from benchmarks import cpuquota, hotpath, native
 from benchmarks.floor import make_app as make_floor_app
 from benchmarks.floor import make_lean_app as make_lean_floor_app
 from benchmarks.loadgen import LoadResult, LoadSpec, percentile, run_load
-from benchmarks.procs import cpu_by_process, cpu_seconds, cpu_times
-from benchmarks.run import _ANSWER_TOKENS, _answer_trace, _hold_idle, _prompt
+from benchmarks.procs import Proc, cpu_by_process, cpu_seconds, cpu_times, descendants
+from benchmarks.run import _ANSWER_TOKENS, _answer_trace, _hold_idle, _prompt, _serving_pids
 from benchmarks.separation import copied, hedging, stalled_vocabulary
 from tests.stack import Stack, start_stack, stop_stack
 
@@ -274,3 +275,77 @@ def test_memory_answer_trace_stalls_inside_the_answer() -> None:
     answer_before_stall = "".join(tokenize(trace.content)[:_ANSWER_TOKENS])
     assert len(answer_before_stall) > 256
     assert len(tokenize(trace.content)) > 2 * _ANSWER_TOKENS
+
+
+def test_cpu_quota_holds_a_busy_process_and_puts_it_back() -> None:
+    """``cpuquota.limited`` puts a busy child in a cgroup of its own with the quota asked
+    for, the kernel throttles it, and the child goes back where it was, with the cgroup
+    removed, when the block ends. Where cgroups cannot be created the error says so and
+    the child stays where it was."""
+    child = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    unavailable: cpuquota.QuotaUnavailable | None = None
+    try:
+        before = Path(f"/proc/{child.pid}/cgroup").read_text()
+        try:
+            with cpuquota.limited([child.pid], 0.1):
+                inside = Path(f"/proc/{child.pid}/cgroup").read_text()
+                group = cpuquota._home(child.pid)[0]
+                if (group / "cpu.max").exists():
+                    quota = (group / "cpu.max").read_text().split()
+                else:
+                    quota = [(group / f"cpu.cfs_{name}_us").read_text().strip()
+                             for name in ("quota", "period")]
+                deadline = time.monotonic() + 20
+                while cpuquota.throttled_seconds(child.pid) <= 0:
+                    assert time.monotonic() < deadline, "the kernel never throttled the child"
+                    time.sleep(0.05)
+        except cpuquota.QuotaUnavailable as exc:
+            unavailable = exc
+        after = Path(f"/proc/{child.pid}/cgroup").read_text()
+    finally:
+        child.kill()
+        child.wait(timeout=10)
+    assert after == before
+    if unavailable is not None:  # e.g. not root: the error names what is missing
+        assert "cgroup" in str(unavailable)
+        return
+    assert f"/runaway-bench-{child.pid}" in inside
+    assert group.name == f"runaway-bench-{child.pid}"
+    assert quota == ["1000", str(cpuquota.PERIOD_US)]  # 0.1 of the 10 ms period
+    assert not group.exists()
+
+
+def test_cpu_quota_refuses_a_nonsense_fraction() -> None:
+    """A quota must be a positive fraction of a CPU."""
+    with pytest.raises(ValueError, match="positive fraction"), cpuquota.limited([os.getpid()], 0):
+        pass
+
+
+def test_serving_pids_are_the_workers_not_the_supervisor() -> None:
+    """With one worker the serving process is the proxy itself; with several, the
+    children of the supervisor (which only waits)."""
+    single = Proc("single", [sys.executable, "-c", "import time; time.sleep(30)"], 0)
+    supervisor = Proc("sup", [sys.executable, "-c",
+                              "import subprocess, sys, time\n"
+                              "ps = [subprocess.Popen([sys.executable, '-c', "
+                              "'import time; time.sleep(30)']) for _ in range(2)]\n"
+                              "time.sleep(30)"], 0)
+    started = []
+    try:
+        for proc in (single, supervisor):
+            proc.popen = subprocess.Popen(proc.cmd)
+            started.append(proc.popen)
+        deadline = time.monotonic() + 20
+        while len(descendants(supervisor.pid)) < 3:
+            assert time.monotonic() < deadline, "the supervisor never started its children"
+            time.sleep(0.05)
+        assert _serving_pids(single) == [single.pid]
+        workers = _serving_pids(supervisor)
+        assert len(workers) == 2
+        assert supervisor.pid not in workers
+    finally:
+        for popen in started:
+            for pid in descendants(popen.pid)[::-1]:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, 9)
+            popen.wait(timeout=10)
