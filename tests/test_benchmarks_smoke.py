@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import math
 import os
@@ -323,17 +322,20 @@ def test_cpu_quota_refuses_a_nonsense_fraction() -> None:
 
 def test_serving_pids_are_the_workers_not_the_supervisor() -> None:
     """With one worker the serving process is the proxy itself; with several, the
-    children of the supervisor (which only waits)."""
-    single = Proc("single", [sys.executable, "-c", "import time; time.sleep(30)"], 0)
+    children of the supervisor (which only waits). Every process here waits for its
+    standard input to close (the supervisor's children read the same pipe)."""
+    wait = "import sys; sys.stdin.read()"
+    single = Proc("single", [sys.executable, "-c", wait], 0)
     supervisor = Proc("sup", [sys.executable, "-c",
-                              "import subprocess, sys, time\n"
-                              "ps = [subprocess.Popen([sys.executable, '-c', "
-                              "'import time; time.sleep(30)']) for _ in range(2)]\n"
-                              "time.sleep(30)"], 0)
-    started = []
+                              "import subprocess, sys\n"
+                              f"ps = [subprocess.Popen([sys.executable, '-c', {wait!r}]) "
+                              "for _ in range(2)]\n"
+                              "sys.stdin.read()\n"
+                              "for p in ps: p.wait()"], 0)
+    started: list[subprocess.Popen[bytes]] = []
     try:
         for proc in (single, supervisor):
-            proc.popen = subprocess.Popen(proc.cmd)
+            proc.popen = subprocess.Popen(proc.cmd, stdin=subprocess.PIPE)
             started.append(proc.popen)
         deadline = time.monotonic() + 20
         while len(descendants(supervisor.pid)) < 3:
@@ -345,7 +347,6 @@ def test_serving_pids_are_the_workers_not_the_supervisor() -> None:
         assert supervisor.pid not in workers
     finally:
         for popen in started:
-            for pid in descendants(popen.pid)[::-1]:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, 9)
+            assert popen.stdin is not None
+            popen.stdin.close()
             popen.wait(timeout=10)
