@@ -65,14 +65,12 @@ def limited(pids: list[int], fraction: float) -> Iterator[None]:
                 group.mkdir()
                 _set_quota(group, knob, fraction)
                 (group / "cgroup.procs").write_text(f"{pid}\n")
-            except PermissionError as exc:
-                with contextlib.suppress(OSError):
-                    group.rmdir()
-                raise QuotaUnavailable(f"cannot create a cgroup in {home} ({exc.strerror}); "
-                                       "run as root or in a delegated cgroup") from exc
             except OSError as exc:
                 with contextlib.suppress(OSError):
                     group.rmdir()
+                if isinstance(exc, PermissionError):
+                    raise QuotaUnavailable(f"cannot create a cgroup in {home} ({exc.strerror}); "
+                                           "run as root or in a delegated cgroup") from exc
                 raise QuotaUnavailable(f"cannot set a CPU quota in {group}: {exc}") from exc
             moved.append((pid, group, home))
         yield
