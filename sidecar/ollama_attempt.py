@@ -90,6 +90,7 @@ class OllamaAttempt(WatchedAttempt):
             raise UpstreamProtocolError(str(exc)) from None
         obj = self._model.chunk
         assert obj is not None
+        self._model.chunk = None  # not kept while the next line is awaited
         if self.head is None and "model" in obj:
             self.head = Head(None, None, obj.get("model"), "chat")
         self.last_created_at = obj.get("created_at", self.last_created_at)

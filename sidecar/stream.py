@@ -166,6 +166,10 @@ _TEMPLATE_KEYS: dict[str, Channel | None] = {
     "reasoning": THINKING, "reasoning_content": THINKING, "content": None, "text": None}
 _MAX_TEMPLATES = 4  # one per (choice, key) in use: n=2 streams switch between four
 _MAX_FRUITLESS = 4  # templates dropped without a single hit before learning stops
+#: Largest fixed part (the payload less its text) kept as a template: a template lives as
+#: long as its stream, and vLLM's chunks have 150 to 300 bytes of it; a chunk with a large
+#: field this model does not read is parsed in full instead.
+_MAX_TEMPLATE_BYTES = 1024
 
 
 class Template:
@@ -209,7 +213,8 @@ class StreamModel:
     """Turns the data payloads of one upstream stream into ``StreamEvent``s.
 
     ``chunk`` holds the last parsed JSON object (or None for ``[DONE]``), so callers
-    that need more of it (ids, aggregation) do not parse again.
+    that need more of it (ids, aggregation) do not parse again. A caller done with it
+    sets it to None, so a stream waiting for its next bytes does not keep it.
 
     With ``templates=True`` the model learns the shape of the chunks that carry one
     choice's text and nothing else (most of a stream: the same id, model and fields, a
@@ -345,7 +350,8 @@ class StreamModel:
 
     def _learn(self, data: bytes, obj: dict[str, Any], choice: dict[str, Any]) -> None:
         """Keep ``data``'s shape as a template when its one choice carries one non-empty
-        text value and nothing else this model reads (no usage, tool calls or finish)."""
+        text value and nothing else this model reads (no usage, tool calls or finish),
+        and the rest of it is at most ``_MAX_TEMPLATE_BYTES``."""
         if self.route == "chat":
             holder = choice.get("delta")
             if not isinstance(holder, dict) or len(holder) != 1:
@@ -364,6 +370,8 @@ class StreamModel:
         start = data.find(b'"', at + len(key) + 2) if at >= 0 else -1
         end = _string_end(data, start) if start >= 0 else -1
         if end < 0:
+            return
+        if start + len(data) - end > _MAX_TEMPLATE_BYTES:
             return
         prefix, suffix = data[:start], data[end:]
         probe_text = "q" if text != "q" else "z"

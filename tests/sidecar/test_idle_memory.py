@@ -170,3 +170,21 @@ async def test_a_reissue_keeps_the_request_and_its_own_body(stream: bool) -> Non
     held = await _held_while_open(upstream, _big_request(stream), requests=2, read_events=0,
                                   detectors={"stall_seconds": None, "thinking_token_budget": 2})
     assert len(held) == 2, held
+
+
+async def test_an_idle_stream_does_not_hold_its_last_chunk_parsed() -> None:
+    """One event whose chunk carries 300 KB in a field the proxy does not read, then a
+    silent upstream: while the stream waits, the sidecar's code holds no block of half
+    that size. Before, the last chunk parsed stayed bound to the stream's model, with the
+    field's string, and the chunk's shape was learned as a template holding its bytes
+    (templates now take chunks with at most 1 KiB besides their text)."""
+    chunk = {"id": "c", "object": "chat.completion.chunk", "created": 1, "model": "m",
+             "system_fingerprint": "f" * PROMPT,
+             "choices": [{"index": 0, "delta": {"content": " word"}, "finish_reason": None}]}
+    upstream = RawUpstream(default=Reply(
+        SSE_CHUNKED_HEAD + chunked(b"data: " + orjson.dumps(chunk) + b"\n\n"), stall=30))
+    body = orjson.dumps({"model": "m", "stream": True,
+                         "messages": [{"role": "user", "content": "x"}]})
+    held = await _held_while_open(upstream, body, requests=1, read_events=1,
+                                  detectors={"stall_seconds": None})
+    assert held == []

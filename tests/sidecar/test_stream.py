@@ -228,6 +228,19 @@ def test_learning_stops_when_templates_never_match() -> None:
     assert not StreamModel("chat").learning
 
 
+@pytest.mark.parametrize(("extra", "templated"), [(900, 9), (1100, 0)])
+def test_a_template_keeps_at_most_1_kib_besides_the_text(extra: int, templated: int) -> None:
+    """A template lives as long as its stream: chunks whose bytes besides the text pass
+    1 KiB (here a long ``system_fingerprint``) are parsed in full, with the same events;
+    a little under that they are still learned."""
+    payloads = [orjson.dumps({"id": "c", "system_fingerprint": "f" * extra,
+                              "choices": [{"index": 0, "delta": {"content": f"w{i}"}}]})
+                for i in range(10)]
+    fast = StreamModel("chat", templates=True)
+    assert _feed_all(fast, payloads) == _feed_all(StreamModel("chat"), payloads)
+    assert fast.templated == templated
+
+
 _TEXTS = st.text(st.characters(codec="utf-8"), max_size=6)
 _SHAPES = st.sampled_from([("reasoning", 0), ("content", 0), ("reasoning", 1),
                            ("reasoning_content", 0), ("content", 1)])
