@@ -416,7 +416,6 @@ class Proxy:
         ladder: list[str] = list(cfg.reissue.ladder)
         n = facts.choices
         open_choices = list(range(n))
-        finished: set[int] = set()
         if (cfg.memory.enabled and ex.mode == "enforce" and not facts.thinking_disabled
                 and await self.fleet.recalls(facts.fingerprint, loop.time())):
             upstream = orjson.dumps(
@@ -491,8 +490,10 @@ class Proxy:
             await self.fleet.remember(facts.fingerprint, loop.time())
             if attempt.number > 0:
                 self._reissue_done(ex, step, "runaway")
-            finished |= _finished_client(attempt)
-            open_choices = [i for i in range(n) if i not in finished]
+            # Client choices still open: those that neither this attempt nor an earlier
+            # one finished (``open_choices`` holds no earlier one's).
+            finished = _finished_client(attempt)
+            open_choices = [i for i in open_choices if i not in finished]
             earlier = attempt.totals()
             if head is None:  # cut before the first chunk: nothing to splice into
                 head = Head(f"{'chatcmpl' if ex.route == 'chat' else 'cmpl'}-{ex.request_id}",
@@ -543,8 +544,6 @@ class Proxy:
     async def _attempt(self, request: web.Request, ex: Exchange, attempt: Attempt | OllamaAttempt,
                        data: bytes, sink: Sink) -> None:
         """One upstream request with body ``data``, pumped through ``attempt`` into ``sink``."""
-        headers = forward_headers(request.headers, drop=("accept-encoding", "content-type"))
-        headers["Content-Type"] = "application/json"
         stall = self.config.detectors.stall_seconds
         read_timeout = self.config.upstream_read_timeout_seconds or None
         # One deadline serves the clock-driven detectors and the read timeout: it wakes
@@ -560,7 +559,9 @@ class Proxy:
             # The upstream's answer head within the read timeout, as sock_read would.
             try:
                 async with asyncio.timeout(read_timeout):
-                    up = await self._upstream.post(path, headers.items(), data)
+                    # The headers are built in the call: this frame lives as long as the
+                    # stream, and does not keep them.
+                    up = await self._upstream.post(path, _upstream_headers(request), data)
             except TimeoutError as exc:
                 if isinstance(exc, UpstreamError):
                     raise
@@ -573,7 +574,7 @@ class Proxy:
                         ollama.NDJSON_TYPE if ex.native else "text/event-stream"):
                     raise _UpstreamStatus(up.status, up.headers, await up.read())
                 ex.upstream_status = up.status
-                sink.upstream_headers(up.headers)
+                sink.upstream_headers(up.take_headers())
                 # The deadline is pushed back at most once per ``step`` while bytes arrive.
                 # When it expires the clock-driven detectors look, and reading goes on
                 # unless their verdict stops the attempt (not in shadow mode) or nothing
@@ -688,6 +689,14 @@ def _reset_by_client(exc: BaseException, request: web.Request) -> bool:
     fails before aiohttp has dropped the transport, while it is only closing."""
     transport = request.transport
     return isinstance(exc, _RESETS) and (transport is None or transport.is_closing())
+
+
+def _upstream_headers(request: web.Request) -> list[tuple[str, str]]:
+    """The client's headers as sent upstream with a watched request's JSON body (hop-by-hop
+    ones, ``Accept-Encoding`` and the client's ``Content-Type`` left out)."""
+    headers = forward_headers(request.headers, drop=("accept-encoding", "content-type"))
+    headers["Content-Type"] = "application/json"
+    return list(headers.items())
 
 
 class ClientBodyTimeout(Exception):

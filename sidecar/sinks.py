@@ -70,7 +70,9 @@ class StreamSink(Sink):
         self._final: web.StreamResponse | None = None
 
     def upstream_headers(self, headers: Any) -> None:
-        if self._headers is None:
+        # Kept only until the response starts: then they are on the wire, and a stream
+        # that waits for its next bytes does not hold them (the response has its copy).
+        if self._headers is None and self.response is None:
             self._headers = headers
 
     async def _prepared(self) -> web.StreamResponse:
@@ -80,6 +82,7 @@ class StreamSink(Sink):
                 resp.content_type = "text/event-stream"
             await resp.prepare(self.request)
             self.response = resp
+            self._headers = None
         return self.response
 
     async def write(self, data: bytes) -> None:

@@ -28,7 +28,7 @@ from collections.abc import Iterable
 from types import TracebackType
 from typing import cast
 
-from multidict import CIMultiDict
+from multidict import CIMultiDict, CIMultiDictProxy
 from yarl import URL
 
 from sidecar.errors import UpstreamTimeoutError
@@ -121,6 +121,10 @@ class _Connection(asyncio.Protocol):
             self.transport.close()
 
 
+#: What ``UpstreamResponse.headers`` reads once ``take_headers`` took them.
+_TAKEN: CIMultiDictProxy[str] = CIMultiDictProxy(CIMultiDict())
+
+
 class UpstreamResponse:
     """A response whose head arrived; its body is read with :meth:`readany`."""
 
@@ -131,7 +135,14 @@ class UpstreamResponse:
         self._pool, self._conn, self._reader = pool, conn, reader
         self._pending = pending
         self.status = head.status
-        self.headers: CIMultiDict[str] = head.headers
+        self.headers: CIMultiDict[str] | CIMultiDictProxy[str] = head.headers
+
+    def take_headers(self) -> CIMultiDict[str] | CIMultiDictProxy[str]:
+        """The head's headers, which this response then stops holding (``headers`` is
+        empty afterwards): a caller that keeps what it needs of them frees the rest
+        while the body streams, for as long as it streams."""
+        headers, self.headers = self.headers, _TAKEN
+        return headers
 
     @property
     def unread(self) -> int:

@@ -107,6 +107,21 @@ async def test_stream_read_and_connection_reused(aiohttp_server: ServerFactory,
     assert (headers["Content-Length"], body) == ("7", b'{"n":1}')
 
 
+async def test_taken_headers_leave_the_response(aiohttp_server: ServerFactory,
+                                               pool: list[UpstreamPool]) -> None:
+    """``take_headers`` hands over the head's headers and the response keeps none of them
+    (the proxy keeps what the client's response needs; a long stream holds no second copy);
+    the body still reads in full."""
+    server = await aiohttp_server(Upstream(events=2, size=3).app())
+    p = new_pool(pool, f"http://127.0.0.1:{server.port}")
+    async with await p.post("/v1/chat/completions", [], b"{}") as resp:
+        headers = resp.take_headers()
+        assert headers["Content-Type"] == "text/event-stream"
+        assert len(resp.headers) == 0
+        assert "Content-Type" not in resp.headers
+        assert await resp.read() == b"data: 000\n\ndata: 111\n\n"
+
+
 async def test_close_is_seen_by_the_upstream(aiohttp_server: ServerFactory,
                                              pool: list[UpstreamPool]) -> None:
     """``close()`` mid-stream ends the connection: the upstream's writes fail (vLLM aborts
