@@ -16,10 +16,13 @@ tokens (see :mod:`detectors.blocks`):
   collapsing streams hop between four or more.
 
 Runs carry across blocks, so they do not depend on where a block ends. Memory: a few
-counters and an 8-block window of per-script counts.
+counters and an 8-block window of per-script counts (one flat array, 0.3 KiB; eight
+lists of seven counts took 0.9).
 """
 
 from __future__ import annotations
+
+from array import array
 
 from detectors.analyzer import Finding, excerpt
 from detectors.base import Evidence
@@ -75,7 +78,8 @@ class DegenerationAnalyzer:
         self._salad = 0
         self._symbol = 0
         self._last_symbol = ""
-        self._scripts: list[list[int]] = []  # a list: a deque's block is 600 bytes
+        # The window's counts, ``len(_NAMES)`` per block, oldest block first.
+        self._scripts = array("I")
         self._totals = [0] * len(_NAMES)
 
     def analyze(self, block: Block) -> Finding | None:
@@ -131,12 +135,14 @@ class DegenerationAnalyzer:
     def _script_soup(self, counts: list[int], block: Block) -> Finding | None:
         totals = self._totals
         window = self._scripts
-        window.append(counts)
+        window.extend(counts)
         for i, c in enumerate(counts):
             totals[i] += c
-        if len(window) > _SCRIPT_WINDOW:
-            for i, c in enumerate(window.pop(0)):
-                totals[i] -= c
+        width = len(_NAMES)
+        if len(window) > _SCRIPT_WINDOW * width:
+            for i in range(width):
+                totals[i] -= window[i]
+            del window[:width]
         present = [_NAMES[i] for i, c in enumerate(totals) if c >= self._min_script]
         if len(present) < self._mix:
             return None
