@@ -8,6 +8,7 @@ verdict (detector, channel, at_char) does not depend on how the text was split i
 
 from __future__ import annotations
 
+import functools
 import math
 import sys
 from collections.abc import Callable
@@ -24,8 +25,12 @@ from detectors.recurrence import RecurrenceAnalyzer
 AnalyzerFactory = tuple[str, Callable[[], BlockAnalyzer]]
 
 
-def text_analyzers(config: DetectorConfig) -> list[AnalyzerFactory]:
-    """The text detectors of ``config``, in the order they are asked (cheapest first)."""
+@functools.lru_cache(maxsize=64)
+def text_analyzers(config: DetectorConfig) -> tuple[AnalyzerFactory, ...]:
+    """The text detectors of ``config``, in the order they are asked (cheapest first).
+
+    Made once per distinct config (the last 64 are kept), not per stream: a chain keeps
+    them for the channels it starts later, and a stream's own copy was 1 KiB of closures."""
     found: list[AnalyzerFactory] = []
     if config.degeneration_enabled:
         found.append(
@@ -66,7 +71,7 @@ def text_analyzers(config: DetectorConfig) -> list[AnalyzerFactory]:
                 ),
             )
         )
-    return found
+    return tuple(found)
 
 
 class _Stream:
@@ -74,7 +79,7 @@ class _Stream:
 
     __slots__ = ("analyzers", "blocker")
 
-    def __init__(self, factories: list[AnalyzerFactory]) -> None:
+    def __init__(self, factories: tuple[AnalyzerFactory, ...]) -> None:
         self.blocker = Blocker()
         self.analyzers = [(name, make()) for name, make in factories]
 
@@ -119,7 +124,7 @@ class Chain:
         self._answered = False
         # Built on the first content delta: most of a reasoning stream never needs its tables.
         self._content: _Stream | None = None
-        self._content_factories = factories if config.content_enabled else []
+        self._content_factories = factories if config.content_enabled else ()
         self._token_budget = (
             None
             if config.thinking_token_budget is None

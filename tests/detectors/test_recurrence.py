@@ -122,6 +122,21 @@ def test_chain_allocates_recurrence_tables_only_once_text_arrives() -> None:
     assert 6 * 1024 <= grown - young < 8 * 1024, (young, grown)
 
 
+def test_chains_of_one_config_share_factories_not_state() -> None:
+    """The analyzer factories are made once per config (a stream does not carry closures
+    of its own), and each chain still builds analyzers of its own: a second chain fed the
+    same loop fires at the same character as the first, not earlier."""
+    assert text_analyzers(DetectorConfig()) is text_analyzers(DetectorConfig())
+    source = _reasoning(16)
+    text = source[:2000] + source[3000:3600] * 6
+    first = feed_text(text)
+    second = feed_text(text)
+    assert first is not None
+    assert first.detector == "recurrence"
+    assert second is not None
+    assert (second.detector, second.at_char) == (first.detector, first.at_char)
+
+
 def _distinct_blocks(words: int) -> list[Block]:
     """Blocks of ``words`` words that never repeat: about one shingle per word."""
     text = " ".join(f"w{i}x{i * 7919 % 10007}" for i in range(words))
