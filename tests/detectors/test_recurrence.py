@@ -276,6 +276,30 @@ def test_a_chain_deep_in_its_reasoning_holds_under_40_kib() -> None:
     assert 24 * 1024 <= held < 40 * 1024, held
 
 
+def test_a_chain_stops_growing_once_its_ring_is_full() -> None:
+    """Past the history (8,192 shingles) a channel's state is flat: the table and the ring
+    are full-size and wrap. After about 22,000 tokens of text that never repeats, the
+    chain holds 40 to 47 KiB (table 24, ring 16, the rest: 45 when written), and 22,000
+    tokens more add under 1 KiB (32 bytes when written)."""
+    words = [f"w{i}x{i * 7919 % 10007}" for i in range(40_000)]
+    text = "".join(" ".join(words[i : i + 10]) + ". " for i in range(0, len(words), 10))
+    pieces = split_deltas(text)
+    half = len(pieces) // 2
+    tracemalloc.start()
+    base = tracemalloc.get_traced_memory()[0]
+    chain = default_chain(DetectorConfig())
+    for piece in pieces[:half]:
+        assert chain.feed("thinking", piece, 1, 0.0) is None
+    mid = tracemalloc.get_traced_memory()[0] - base
+    for piece in pieces[half:]:
+        assert chain.feed("thinking", piece, 1, 0.0) is None
+    end = tracemalloc.get_traced_memory()[0] - base
+    tracemalloc.stop()
+    assert half > 20_000
+    assert 40 * 1024 <= mid < 47 * 1024, mid
+    assert abs(end - mid) < 1024, (mid, end)
+
+
 def test_chain_releases_thinking_state_once_the_answer_begins() -> None:
     """The answer's first 256-character block releases the thinking channel's tables, so a
     stream in its answer holds one channel's tables, not two."""
