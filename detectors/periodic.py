@@ -18,15 +18,33 @@ and a verdict may come from either. A run starts being followed with an exact st
 it is shorter than the window, which a loop is when its period first shows; only a run that
 grew past the window while never being the nearest period is counted from the window's
 start, an under-count that can only delay a verdict.
+
+The window is kept at two bytes a character at most. A str holding one character beyond
+U+FFFF (an emoji, a mathematical italic letter) takes four bytes for each of its
+characters, so each such character is stored as one of the 6,400 private-use characters
+of the BMP (U+E000 plus its code point modulo 6,400). The mapping keeps the length, and
+it keeps distinct characters apart within any stretch of 6,400 code points (the emoji
+blocks span about 2,000), so runs and periods are those of the text. The unit quoted in
+the evidence comes from the block's own text when it fits there, as it does for any
+period up to a block.
 """
 
 from __future__ import annotations
+
+import re
 
 from detectors.analyzer import Finding, excerpt
 from detectors.base import Evidence
 from detectors.blocks import BLOCK_CHARS, Block
 
 _ANCHOR = 32
+_ASTRAL = re.compile("[\U00010000-\U0010FFFF]")
+_PRIVATE_USE, _PRIVATE_USE_SIZE = 0xE000, 6400
+
+
+def _narrow(match: re.Match[str]) -> str:
+    """The private-use character of the BMP that stands for a character beyond U+FFFF."""
+    return chr(_PRIVATE_USE + ord(match.group()) % _PRIVATE_USE_SIZE)
 
 
 def periodic_span(tail: str, max_period: int) -> tuple[int, int]:
@@ -83,7 +101,10 @@ class PeriodicAnalyzer:
 
     def analyze(self, block: Block) -> Finding | None:
         """Check whether the channel now ends in enough verbatim repeats."""
-        recent = self._recent + block.text
+        text = block.text
+        if not text.isascii():
+            text = _ASTRAL.sub(_narrow, text)
+        recent = self._recent + text
         if len(recent) > self._keep:
             recent = recent[-self._keep :]
         self._recent = recent
@@ -107,7 +128,7 @@ class PeriodicAnalyzer:
                 p, span = q, q_span
         if not p or not self._fires(p, span):
             return None
-        unit = recent[-p:]
+        unit = block.text[-p:] if p <= len(block.text) else recent[-p:]
         return Finding(
             f"the last {span} characters repeat a {p}-character unit {span // p} times",
             Evidence(excerpt(unit), p, span // p),

@@ -69,6 +69,30 @@ def test_the_window_stays_short() -> None:
     assert len(analyzer._recent) == MAX_PERIOD + BLOCK_CHARS + 32
 
 
+def test_characters_beyond_the_bmp_keep_the_window_narrow_and_the_runs_true() -> None:
+    """Emoji and other characters beyond U+FFFF are held at two bytes a character (a str
+    with one of them takes four for every character), and the findings are those of the
+    whole-text rule on the text itself: distinct emoji stay distinct (a two-emoji unit
+    has period 2), and the unit in the evidence is the text's own."""
+    x = "\U0001d465"  # MATHEMATICAL ITALIC SMALL X
+    unit = f"Fix 🐛 then test ✅ then ship 🚀, and again: {x} = {x} + 1. 😀😁"
+    text = "".join(f"Plan {i} with emoji 🎉 and math {x}. " for i in range(40)) + unit * 30
+    assert _run(text) == _reference(text)
+    analyzer = PeriodicAnalyzer(MIN_REPEATS, MIN_SPAN, MAX_PERIOD)
+    found = [f for b in Blocker().push(text) or [] if (f := analyzer.analyze(b))]
+    assert found[0].evidence.period == len(unit)
+    # The unit as the block ends it (a rotation), single-spaced by ``excerpt``.
+    quoted = found[0].evidence.excerpt
+    assert quoted.replace(" ", "") in (unit * 2).replace(" ", "")
+    assert "🚀" in quoted
+    assert x in quoted
+    assert len(analyzer._recent.encode("utf-16-le", "surrogatepass")) == 2 * len(
+        analyzer._recent)  # no character needs a surrogate pair: none beyond U+FFFF
+    pair = "😀😁" * 400
+    assert _run(pair) == _reference(pair)
+    assert next(f for f in _run(pair) if f)[1] == 2
+
+
 def test_a_nearer_copy_inside_the_unit_does_not_lose_the_run() -> None:
     """A unit that is mostly 'ab' repeated, with one mark: where the anchor falls in the
     'abab' part its nearest copy is 2 characters back, a short run. The followed run of
