@@ -32,6 +32,9 @@ from tests.reliability.harness import (
 )
 
 EVENTS = 400
+#: A streaming chat request with a one-character prompt.
+SHORT_REQUEST = orjson.dumps({"model": "m", "stream": True,
+                              "messages": [{"role": "user", "content": "x"}]})
 
 
 def _event(i: int) -> bytes:
@@ -53,12 +56,10 @@ async def test_an_idle_stream_does_not_hold_its_last_read() -> None:
     sidecar, _ = await start_sidecar(upstream.url, detectors={
         "stall_seconds": None, "recurrence_enabled": False, "periodic_enabled": False,
         "degeneration_enabled": False})
-    body = orjson.dumps({"model": "m", "stream": True,
-                         "messages": [{"role": "user", "content": "x"}]})
     tracemalloc.start()
     try:
         async with aiohttp.ClientSession() as s, asyncio.timeout(10), s.post(
-                sidecar.make_url("/v1/chat/completions"), data=body) as r:
+                sidecar.make_url("/v1/chat/completions"), data=SHORT_REQUEST) as r:
             seen = 0
             while seen < EVENTS:
                 piece = await r.content.readany()
@@ -183,8 +184,6 @@ async def test_an_idle_stream_does_not_hold_its_last_chunk_parsed() -> None:
              "choices": [{"index": 0, "delta": {"content": " word"}, "finish_reason": None}]}
     upstream = RawUpstream(default=Reply(
         SSE_CHUNKED_HEAD + chunked(b"data: " + orjson.dumps(chunk) + b"\n\n"), stall=30))
-    body = orjson.dumps({"model": "m", "stream": True,
-                         "messages": [{"role": "user", "content": "x"}]})
-    held = await _held_while_open(upstream, body, requests=1, read_events=1,
+    held = await _held_while_open(upstream, SHORT_REQUEST, requests=1, read_events=1,
                                   detectors={"stall_seconds": None})
     assert held == []
