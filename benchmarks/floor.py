@@ -16,7 +16,7 @@ Run from the repository root::
   choice, then forwards the original bytes of the completed events. This is the least
   work any stream-watching proxy has to do.
 - ``parsing-lean``: ``parsing`` reading the upstream the way the sidecar's watched
-  requests do (``sidecar.upstream``: HTTP/1.1 on plain asyncio connections) instead of
+  requests do (``sidecar.net.upstream``: HTTP/1.1 on plain asyncio connections) instead of
   through aiohttp's client. Against it, the sidecar's ratio is the cost of its watching
   alone, with the read path the same on both sides.
 
@@ -38,7 +38,7 @@ import aiohttp
 import orjson
 from aiohttp import web
 
-from sidecar.upstream import UpstreamPool
+from sidecar.net.upstream import UpstreamPool
 
 _DROP = frozenset({"host", "content-length", "transfer-encoding", "connection",
                    "accept-encoding", "keep-alive"})

@@ -25,10 +25,10 @@ import aiohttp
 import structlog
 from prometheus_client import CollectorRegistry
 
-from sidecar.app import make_app
 from sidecar.config import Config, PolicyConfig
-from sidecar.demo import serve_on_free_port
-from sidecar.metrics import Metrics
+from sidecar.service.app import make_app
+from sidecar.service.demo import serve_on_free_port
+from sidecar.service.metrics import Metrics
 from sidecar.simulator import SimulatorConfig, make_simulator_app
 
 PROMPTS = {

@@ -1,5 +1,5 @@
 """``python -m sidecar`` is the same as the ``runaway-sidecar`` console script."""
 
-from sidecar.cli import main
+from sidecar.service.cli import main
 
 raise SystemExit(main())

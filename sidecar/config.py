@@ -106,7 +106,7 @@ Feature = Literal["code_block", "stack_trace", "math"]
 
 @dataclass(frozen=True, slots=True)
 class PolicyRule:
-    """One thinking-policy rule (see ``sidecar/policy.py``). Unset conditions always hold;
+    """One thinking-policy rule (see ``sidecar/policy/rules.py``). Unset conditions always hold;
     unset actions change nothing."""
 
     name: str

@@ -1,4 +1,4 @@
-"""The sidecar's exceptions, and the one place where aiohttp's (and ``sidecar.http1``'s)
+"""The sidecar's exceptions, and the one place where aiohttp's (and ``sidecar.codecs.http1``'s)
 are mapped onto them.
 
 ::
@@ -25,7 +25,7 @@ from typing import Literal
 import aiohttp
 import orjson
 
-from sidecar.http1 import ProtocolError, Truncated
+from sidecar.codecs.http1 import ProtocolError, Truncated
 
 UpstreamErrorKind = Literal["connect", "timeout", "reset", "status_5xx", "protocol", "other"]
 

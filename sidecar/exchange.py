@@ -15,8 +15,8 @@ import orjson
 from detectors import Verdict
 from sidecar import ollama
 from sidecar.config import Mode
-from sidecar.metrics import Outcome
 from sidecar.reissue import prompt_fingerprint, thinking_disabled
+from sidecar.service.metrics import Outcome
 from sidecar.stream import Route
 
 # Choices the sidecar keeps books on per request; vLLM refuses far fewer than this anyway.

@@ -19,8 +19,8 @@ from __future__ import annotations
 from typing import Any
 
 from detectors import DetectorConfig
+from sidecar.codecs.ndjson import NDJSONDecoder, NDJSONError
 from sidecar.errors import UpstreamProtocolError
-from sidecar.ndjson import NDJSONDecoder, NDJSONError
 from sidecar.ollama import ChunkModel, Kind, line, summed_final
 from sidecar.splice import Head
 from sidecar.stream import MalformedChunk

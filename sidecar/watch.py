@@ -22,9 +22,9 @@ from typing import Any
 from detectors import Chain, DetectorConfig, Verdict, default_chain
 from detectors.base import THINKING, Channel
 from sidecar.aggregate import Aggregator
+from sidecar.codecs.sse import SSEDecoder, SSEError, SSEEvent
 from sidecar.errors import UpstreamProtocolError
 from sidecar.splice import DONE_EVENT, Head, event, rewrite, strip_reasoning
-from sidecar.sse import SSEDecoder, SSEError, SSEEvent
 from sidecar.stream import (
     Done,
     Finish,

@@ -11,10 +11,10 @@ import aiohttp
 from aiohttp.test_utils import TestServer
 from prometheus_client import CollectorRegistry, generate_latest
 
-from sidecar.app import PROXY, make_app
 from sidecar.config import Config
-from sidecar.metrics import Metrics
-from sidecar.proxy import Proxy
+from sidecar.net.proxy import Proxy
+from sidecar.service.app import PROXY, make_app
+from sidecar.service.metrics import Metrics
 from sidecar.simulator import SimulatorConfig, make_simulator_app
 
 

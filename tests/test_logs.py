@@ -1,4 +1,5 @@
-"""Tests for sidecar.logs: JSON lines, redaction of secrets and text, access/runaway fields."""
+"""Tests for sidecar.service.logs: JSON lines, redaction of secrets and text, access and
+runaway fields."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import pytest
 import structlog
 
 from detectors.base import Evidence, Verdict
-from sidecar.logs import (
+from sidecar.service.logs import (
     REDACTED,
     access_log_fields,
     configure_logging,

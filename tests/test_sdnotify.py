@@ -1,4 +1,4 @@
-"""Tests for sidecar.sdnotify against a real AF_UNIX datagram socket."""
+"""Tests for sidecar.service.sdnotify against a real AF_UNIX datagram socket."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from sidecar import sdnotify
+from sidecar.service import sdnotify
 
 
 @pytest.fixture

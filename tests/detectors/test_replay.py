@@ -11,7 +11,7 @@ from detector_helpers import TRACES, load
 
 from detectors import DetectorConfig
 from detectors.replay import ReplayResult, replay_record, split_stream, summarize
-from sidecar.replay import run_replay
+from sidecar.service.replay import run_replay
 
 
 @pytest.fixture(scope="module")

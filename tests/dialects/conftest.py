@@ -11,9 +11,9 @@ import pytest
 from aiohttp.test_utils import TestServer
 from prometheus_client import CollectorRegistry
 
-from sidecar.app import PROXY, make_app
 from sidecar.config import Config
-from sidecar.metrics import Metrics
+from sidecar.service.app import PROXY, make_app
+from sidecar.service.metrics import Metrics
 from sidecar.simulator import SimulatorConfig, make_simulator_app
 from tests.stack import Stack
 

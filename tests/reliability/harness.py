@@ -14,9 +14,9 @@ from typing import Any
 from aiohttp.test_utils import TestServer
 from prometheus_client import CollectorRegistry
 
-from sidecar.app import make_app
 from sidecar.config import Config
-from sidecar.metrics import Metrics
+from sidecar.service.app import make_app
+from sidecar.service.metrics import Metrics
 
 CASE_HEADER = "X-Fuzz-Case"
 #: A 200 event-stream response head with chunked framing, for ``Reply`` data.

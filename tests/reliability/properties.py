@@ -16,9 +16,10 @@ import orjson
 
 from detectors import DetectorConfig
 from sidecar.aggregate import Aggregator
+from sidecar.codecs.http1 import ProtocolError, ResponseHead, ResponseReader
+from sidecar.codecs.sse import SSEDecoder, SSEError
 from sidecar.config import DEFAULT_THINKING_OFF_RULES
 from sidecar.errors import UpstreamProtocolError
-from sidecar.http1 import ProtocolError, ResponseHead, ResponseReader
 from sidecar.reissue import (
     no_think_body,
     prompt_fingerprint,
@@ -28,7 +29,6 @@ from sidecar.reissue import (
     watched_body,
 )
 from sidecar.splice import Head
-from sidecar.sse import SSEDecoder, SSEError
 from sidecar.stream import MalformedChunk, Route, StreamModel
 from sidecar.watch import Attempt, Totals
 

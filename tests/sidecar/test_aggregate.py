@@ -7,7 +7,7 @@ from pathlib import Path
 import orjson
 
 from sidecar.aggregate import Aggregator
-from sidecar.sse import SSEDecoder
+from sidecar.codecs.sse import SSEDecoder
 
 CAPTURES = Path(__file__).parent.parent / "data" / "captures" / "vllm-0.32.0"
 

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sidecar.http1 import (
+from sidecar.codecs.http1 import (
     MAX_HEAD,
     ProtocolError,
     ResponseHead,

@@ -8,9 +8,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from sidecar.adaptive import AdaptiveBudgets
 from sidecar.config import PolicyRule
-from sidecar.policy import Policy, RequestView, header_thinking, rules_of
+from sidecar.policy.adaptive import AdaptiveBudgets
+from sidecar.policy.rules import Policy, RequestView, header_thinking, rules_of
 
 CODE = "My parser fails:\n```python\nx = items[0]\n```\nFix it."
 TRACE = 'Traceback (most recent call last):\n  File "a.py", line 3, in <module>\nIndexError: x'

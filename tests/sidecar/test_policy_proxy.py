@@ -7,8 +7,8 @@ from aiohttp.test_utils import TestClient, TestServer
 from prometheus_client import CollectorRegistry
 
 from sidecar.config import PolicyConfig
-from sidecar.health import make_metrics_app
-from sidecar.server import debug_policy_handler
+from sidecar.service.health import make_metrics_app
+from sidecar.service.server import debug_policy_handler
 from tests.sidecar.conftest import StackFactory
 
 CODE = "Why does this crash?\n```python\nitems = []\nprint(items[0])\n```"

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sidecar.sse import SSEDecoder, SSEError, SSEEvent
+from sidecar.codecs.sse import SSEDecoder, SSEError, SSEEvent
 
 CAPTURES = Path(__file__).parent.parent / "data" / "captures" / "vllm-0.32.0"
 SSE_FILES = sorted(p for p in CAPTURES.glob("*.sse"))

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sidecar.sse import SSEDecoder
+from sidecar.codecs.sse import SSEDecoder
 from sidecar.stream import (
     Done,
     Finish,

@@ -15,9 +15,9 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
+from sidecar.codecs.http1 import ProtocolError, Truncated
 from sidecar.errors import UpstreamTimeoutError
-from sidecar.http1 import ProtocolError, Truncated
-from sidecar.upstream import HIGH_WATER, UpstreamPool
+from sidecar.net.upstream import HIGH_WATER, UpstreamPool
 from tests.reliability.harness import (
     SSE_CHUNKED_HEAD,
     RawUpstream,

@@ -14,8 +14,8 @@ from aiohttp.typedefs import Handler, Middleware
 
 from sidecar.config import Config
 from sidecar.errors import error_body
-from sidecar.metrics import Metrics
-from sidecar.proxy import Proxy
+from sidecar.net.proxy import Proxy
+from sidecar.service.metrics import Metrics
 
 PROXY = web.AppKey("proxy", Proxy)
 

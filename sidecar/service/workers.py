@@ -25,8 +25,8 @@ import tempfile
 import time
 from types import FrameType
 
-from sidecar import sdnotify
 from sidecar.config import Config, parse_host_port
+from sidecar.service import sdnotify
 
 WORKER_ENV = "RUNAWAY_SIDECAR_REUSE_PORT"
 _START_TIMEOUT = 30.0

@@ -25,14 +25,15 @@ from aiohttp import web
 from aiohttp.typedefs import Handler
 from prometheus_client import CollectorRegistry
 
-from sidecar import __version__, sdnotify
-from sidecar.app import PROXY, make_app
+from sidecar import __version__
 from sidecar.config import Config, parse_host_port
 from sidecar.errors import ConfigError
-from sidecar.health import make_metrics_app
-from sidecar.logs import configure_logging
-from sidecar.metrics import Metrics
-from sidecar.proxy import Proxy
+from sidecar.net.proxy import Proxy
+from sidecar.service import sdnotify
+from sidecar.service.app import PROXY, make_app
+from sidecar.service.health import make_metrics_app
+from sidecar.service.logs import configure_logging
+from sidecar.service.metrics import Metrics
 
 log = structlog.get_logger("runaway_sidecar")
 

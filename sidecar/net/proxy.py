@@ -3,8 +3,8 @@
 Everything that decides (what a chunk means, whether a detector fired, what the
 reissue body is, which bytes a splice writes) lives in pure modules; the handlers here
 only carry those decisions out. The only other modules that await a socket are
-``sidecar.sinks`` (writing a watched response to the client), ``sidecar.upstream`` (the
-watched requests' upstream connections) and ``sidecar.fleet`` (the optional Redis behind
+``sidecar.net.sinks`` (writing a watched response to the client), ``sidecar.net.upstream`` (the
+watched requests' upstream connections) and ``sidecar.net.fleet`` (the optional Redis behind
 the runaway memory).
 
 Two kinds of routes:
@@ -39,6 +39,7 @@ from yarl import URL
 
 from detectors import DetectorConfig, Verdict, resolve_thinking_budget
 from sidecar import ollama
+from sidecar.codecs.http1 import ProtocolError
 from sidecar.config import MODES, Config, Mode, ThinkingOffRule, model_override
 from sidecar.dialects import DIALECTS, PROBES, ProbeAnswer, detect, effective_config
 from sidecar.errors import (
@@ -51,13 +52,12 @@ from sidecar.errors import (
     upstream_error_body,
 )
 from sidecar.exchange import Exchange, RequestFacts, max_tokens_of, watchable
-from sidecar.fleet import Fleet
-from sidecar.headers import forward_headers
-from sidecar.http1 import ProtocolError
-from sidecar.logs import access_log_fields, runaway_log_fields
-from sidecar.metrics import LadderStep, Metrics, Outcome
+from sidecar.net.fleet import Fleet
+from sidecar.net.headers import forward_headers
+from sidecar.net.sinks import BodySink, NdjsonBodySink, NdjsonStreamSink, Sink, StreamSink
+from sidecar.net.upstream import UpstreamPool
 from sidecar.ollama_attempt import OllamaAttempt
-from sidecar.policy import Decision, Policy, RequestView, header_thinking, rules_of
+from sidecar.policy.rules import Decision, Policy, RequestView, header_thinking, rules_of
 from sidecar.reissue import (
     deep_merge,
     no_think_body,
@@ -67,10 +67,10 @@ from sidecar.reissue import (
     useful_reasoning,
     watched_body,
 )
-from sidecar.sinks import BodySink, NdjsonBodySink, NdjsonStreamSink, Sink, StreamSink
+from sidecar.service.logs import access_log_fields, runaway_log_fields
+from sidecar.service.metrics import LadderStep, Metrics, Outcome
 from sidecar.splice import Head
 from sidecar.stream import Route
-from sidecar.upstream import UpstreamPool
 from sidecar.watch import Attempt, Totals
 
 log = structlog.get_logger("runaway_sidecar")
@@ -104,7 +104,7 @@ class Proxy:
         self.policy = Policy(rules_of(config.policy.rules, config.policy.presets))
         self._base = config.upstream.rstrip("/")
         self._session: aiohttp.ClientSession | None = None
-        # Watched requests: their own connections and HTTP/1.1 reader (``sidecar.upstream``)
+        # Watched requests: their own connections and HTTP/1.1 reader (``sidecar.net.upstream``)
         # and their own read timeout (``_attempt``).
         self._upstream = UpstreamPool(self._base, self.config.upstream_connect_timeout_seconds)
         self.draining = False
@@ -113,7 +113,7 @@ class Proxy:
 
     async def start(self) -> None:
         """Open the pass-through routes' upstream pool (aiohttp's; one per process). The
-        watched requests' pool (``sidecar.upstream``) opens connections as it needs them."""
+        watched requests' pool (``sidecar.net.upstream``) opens connections as it needs them."""
         cfg = self.config
         self._session = aiohttp.ClientSession(
             connector=aiohttp.TCPConnector(limit=0, enable_cleanup_closed=True),

@@ -136,7 +136,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "replay":
             return _replay(args)
         if args.command == "demo":
-            from sidecar.demo import run_demo
+            from sidecar.service.demo import run_demo
 
             return run_demo(tokens_per_second=args.tokens_per_second,
                             max_tokens=args.max_tokens, out=sys.stdout)
@@ -156,12 +156,12 @@ def _serve(args: argparse.Namespace) -> int:
     overrides = _overrides(args)
     cfg = load_config(args.config, overrides=overrides)
     if cfg.workers > 1:
-        from sidecar.workers import run_workers
+        from sidecar.service.workers import run_workers
 
         return run_workers(cfg, list(argv_of_serve(args)))
     _install_uvloop()
-    from sidecar.server import run_server
-    from sidecar.workers import WORKER_ENV
+    from sidecar.service.server import run_server
+    from sidecar.service.workers import WORKER_ENV
 
     # What is loaded by now (modules, configuration) lives as long as the process. Out of
     # the collector's generations, it is not walked again by every full collection under
@@ -215,7 +215,7 @@ def _simulate(args: argparse.Namespace) -> int:
 
 
 def _replay(args: argparse.Namespace) -> int:
-    from sidecar.replay import run_replay
+    from sidecar.service.replay import run_replay
 
     cfg: Config = load_config(args.config, env={}) if args.config else Config()
     out: TextIO = sys.stdout

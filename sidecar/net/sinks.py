@@ -18,10 +18,10 @@ from aiohttp import web
 from detectors import Verdict
 from sidecar import ollama
 from sidecar.aggregate import Aggregator
+from sidecar.codecs.ndjson import NDJSONDecoder
 from sidecar.errors import UpstreamError, upstream_error_body
 from sidecar.exchange import Exchange
-from sidecar.headers import forward_headers
-from sidecar.ndjson import NDJSONDecoder
+from sidecar.net.headers import forward_headers
 from sidecar.splice import DONE_EVENT, Head, comment, content_chunk, finish_chunk, usage_chunk
 from sidecar.stream import Route
 from sidecar.watch import Totals

@@ -28,10 +28,10 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry
 
 from sidecar import __version__
-from sidecar.app import make_app
 from sidecar.config import Config
-from sidecar.metrics import Metrics
 from sidecar.reissue import thinking_off_patch
+from sidecar.service.app import make_app
+from sidecar.service.metrics import Metrics
 from sidecar.simulator import SimulatorConfig, make_simulator_app
 
 PROMPT = "Our parser crashes on empty input with IndexError. Find the bug and give the fix."

@@ -11,7 +11,7 @@ With ``policy.redis_url`` set, every node reads and writes the same Redis:
 Every Redis call has a short timeout. When Redis cannot be reached the node falls back to
 its local memory (which it always keeps up to date too), logs a warning at most once per
 ``_WARN_EVERY`` seconds and counts the error; a request never fails because Redis is down.
-This module and ``sidecar/proxy.py`` are the only ones that talk to the network.
+This module and ``sidecar/net/proxy.py`` are the only ones that talk to the network.
 """
 
 from __future__ import annotations
@@ -21,11 +21,11 @@ from typing import Any
 
 import structlog
 
-from sidecar.adaptive import AdaptiveBudgets, quantile_budget
 from sidecar.config import Config
 from sidecar.errors import ConfigError
-from sidecar.memory import RunawayMemory
-from sidecar.metrics import Metrics
+from sidecar.policy.adaptive import AdaptiveBudgets, quantile_budget
+from sidecar.policy.memory import RunawayMemory
+from sidecar.service.metrics import Metrics
 
 log = structlog.get_logger("runaway_sidecar")
 

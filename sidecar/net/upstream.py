@@ -1,5 +1,5 @@
 """The watched requests' upstream connections: HTTP/1.1 on asyncio transports, kept alive
-between requests, one pool per process. The framing is :mod:`sidecar.http1`'s; this module
+between requests, one pool per process. The framing is :mod:`sidecar.codecs.http1`'s; this module
 only moves bytes and waits for them (see that module for why not aiohttp's client).
 
 Contract of :class:`UpstreamPool.post`: it writes the request on an idle connection, or a
@@ -12,8 +12,8 @@ frees its KV cache).
 
 Errors: :class:`~sidecar.errors.UpstreamTimeoutError` when the connect timeout passes, and,
 mapped by ``sidecar.errors.map_upstream_exception``: ``OSError`` from connecting or from
-the socket, :class:`~sidecar.http1.Truncated` when the connection closed before the head
-or mid-body, and :class:`~sidecar.http1.ProtocolError` for a response that is not HTTP/1.1.
+the socket, :class:`~sidecar.codecs.http1.Truncated` when the connection closed before the head
+or mid-body, and :class:`~sidecar.codecs.http1.ProtocolError` for a response that is not HTTP/1.1.
 
 Reading is flow-controlled: the socket stops being read once :data:`HIGH_WATER` bytes wait
 unread (a client slower than the upstream), and resumes when they are taken.
@@ -31,8 +31,8 @@ from typing import cast
 from multidict import CIMultiDict, CIMultiDictProxy
 from yarl import URL
 
+from sidecar.codecs.http1 import ResponseHead, ResponseReader, Truncated, request_head
 from sidecar.errors import UpstreamTimeoutError
-from sidecar.http1 import ResponseHead, ResponseReader, Truncated, request_head
 
 #: Unread bytes at which a connection stops reading its socket.
 HIGH_WATER = 256 * 1024
@@ -151,7 +151,7 @@ class UpstreamResponse:
 
     async def readany(self) -> bytes:
         """The next body bytes, as soon as there are some; ``b""`` at the end of the body.
-        Raises :class:`~sidecar.http1.Truncated` if the connection closes before it."""
+        Raises :class:`~sidecar.codecs.http1.Truncated` if the connection closes before it."""
         pending = self._pending
         if pending:
             self._pending = b""
