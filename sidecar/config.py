@@ -30,11 +30,8 @@ from typing import Any, Literal
 
 from detectors import DetectorConfig
 from sidecar.errors import ConfigError
+from sidecar.labels import DialectChoice, DialectName, LogFormat, Mode, Thinking, WatchedRoute
 
-Mode = Literal["enforce", "cut", "shadow", "off"]
-MODES: tuple[Mode, ...] = ("enforce", "cut", "shadow", "off")
-DialectName = Literal["vllm", "llamacpp", "sglang", "ollama"]
-DIALECT_NAMES: tuple[DialectName, ...] = ("vllm", "llamacpp", "sglang", "ollama")
 ENV_PREFIX = "RUNAWAY_SIDECAR_"
 
 
@@ -111,7 +108,7 @@ class PolicyRule:
 
     name: str
     model: str | None = None  # regex on the model name (case-insensitive)
-    route: Literal["chat", "completions"] | None = None
+    route: WatchedRoute | None = None
     headers: Mapping[str, str] | None = None  # header name -> regex on its value
     system: str | None = None  # regex on the system prompt
     last_user: str | None = None  # regex on the last user message (or the prompt)
@@ -119,7 +116,7 @@ class PolicyRule:
     tools: bool | None = None  # True: tools present; False: none
     max_tokens_at_least: int | None = None
     max_tokens_at_most: int | None = None
-    thinking: Literal["on", "off"] | None = None
+    thinking: Thinking | None = None
     thinking_token_budget: int | None = None
     mode: Mode | None = None
 
@@ -146,11 +143,11 @@ class Config:
 
     upstream: str = "http://127.0.0.1:8001"  # the vLLM server the sidecar fronts
     # The upstream's kind: vllm | llamacpp | sglang | ollama, or auto (probed at start-up).
-    dialect: Literal["vllm", "llamacpp", "sglang", "ollama", "auto"] = "vllm"
+    dialect: DialectChoice = "vllm"
     listen: str = "127.0.0.1:8000"  # host:port clients connect to
     metrics_listen: str = "127.0.0.1:9464"  # host:port of /metrics, /healthz, /readyz
     mode: Mode = "enforce"  # enforce | cut | shadow | off
-    log_format: Literal["json", "console"] = "json"
+    log_format: LogFormat = "json"
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     model_allowlist: tuple[str, ...] = ()  # model names used as metric labels; others: "other"
     workers: int = 1  # processes sharing the listen port (SO_REUSEPORT)

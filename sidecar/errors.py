@@ -20,14 +20,12 @@ JSON body with its ``status``; afterwards it travels in the stream as
 from __future__ import annotations
 
 import asyncio
-from typing import Literal
 
 import aiohttp
 import orjson
 
 from sidecar.codecs.http1 import ProtocolError, Truncated
-
-UpstreamErrorKind = Literal["connect", "timeout", "reset", "status_5xx", "protocol", "other"]
+from sidecar.labels import UpstreamErrorKind
 
 
 class SidecarError(Exception):

@@ -24,24 +24,23 @@ import logging
 import re
 import sys
 from collections.abc import Mapping
-from typing import Any, Final, Literal, TextIO
+from typing import Any, Final, TextIO
 
 import orjson
 import structlog
 from structlog.typing import EventDict, Processor, WrappedLogger
 
 from detectors.base import Verdict
+from sidecar.labels import LogFormat
 
 __all__ = [
     "REDACTED",
-    "LogFormat",
     "access_log_fields",
     "configure_logging",
     "redact",
     "runaway_log_fields",
 ]
 
-LogFormat = Literal["json", "console"]
 REDACTED: Final = "[redacted]"
 EVIDENCE_MAX_CHARS: Final = 200
 VALUE_MAX_CHARS: Final = 1_000

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Sequence
-from typing import Final, Literal, get_args
+from typing import Final, get_args
 
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -43,18 +43,21 @@ from prometheus_client import (
 )
 from prometheus_client import multiprocess as _mp
 
+from sidecar.labels import (
+    Channel,
+    LadderStep,
+    Outcome,
+    ReissueOutcome,
+    ReloadResult,
+    Route,
+    UpstreamErrorKind,
+    WatchMode,
+)
+
 __all__ = [
     "OTHER",
-    "Channel",
     "LabelCap",
-    "LadderStep",
     "Metrics",
-    "Mode",
-    "Outcome",
-    "ReissueOutcome",
-    "ReloadResult",
-    "Route",
-    "UpstreamErrorKind",
     "exposition",
     "mark_worker_dead",
     "multiprocess_dir",
@@ -65,37 +68,6 @@ OTHER: Final = "other"
 DEFAULT_MAX_MODELS: Final = 50
 _MAX_NAME_LEN: Final = 128
 
-Route = Literal["chat", "completions", "passthrough"]
-"""``chat`` is ``POST /v1/chat/completions``, ``completions`` is ``POST /v1/completions``;
-every other method and path is ``passthrough``."""
-
-Outcome = Literal[
-    "ok",  # answered without any runaway detected (or pass-through relayed)
-    "shadow",  # a runaway was detected in shadow mode; the response was left unchanged
-    "reissued",  # cut, and a reissue's answer was spliced in
-    "cut",  # cut in ``cut`` mode: ended cleanly without a reissue
-    "exhausted",  # every ladder step ran away too; ended with finish_reason "length"
-    "client_disconnect",  # the client went away before the response ended
-    "upstream_error",  # the upstream failed and the client got an error
-    "rejected",  # refused by the sidecar itself (body too large, API key, draining)
-    "error",  # a sidecar bug: the client got a 500 or an in-stream error
-]
-Channel = Literal["thinking", "content"]
-Mode = Literal["enforce", "cut", "shadow"]
-LadderStep = Literal["thinking_off", "fallback_model", "salvage"]
-ReissueOutcome = Literal[
-    "ok",  # the reissue answered; its content went to the client
-    "runaway",  # it ran away too; the next ladder step runs (or the ladder is exhausted)
-    "rejected",  # the upstream refused the reissued body (4xx): the thinking-off rule is wrong
-    "upstream_error",  # connect error, timeout, reset or 5xx during the reissue
-    "client_disconnect",  # the client went away during the reissue
-    "error",  # a sidecar bug
-]
-UpstreamErrorKind = Literal["connect", "timeout", "reset", "status_5xx", "protocol", "other"]
-"""``connect``: refused or unreachable; ``timeout``: connect or read timeout;
-``reset``: connection closed early, before or during the body; ``status_5xx``: the
-upstream answered 5xx; ``protocol``: invalid SSE or JSON from the upstream."""
-ReloadResult = Literal["ok", "error"]
 
 # Buckets: powers of two cover 64 tokens to the 64k-token contexts in use; the
 # seconds buckets run from a sub-second answer to the 10-minute runaways seen in
@@ -330,7 +302,7 @@ class Metrics:
         label = "" if route == "passthrough" else self._model(model)
         self._requests.labels(route=route, outcome=outcome, model=label).inc()
 
-    def runaway(self, model: str | None, detector: str, channel: Channel, mode: Mode) -> None:
+    def runaway(self, model: str | None, detector: str, channel: Channel, mode: WatchMode) -> None:
         """Once per detection, on the first verdict of an attempt (original or reissue).
 
         ``mode="shadow"`` counts in ``shadow_detections_total`` instead, so dashboards

@@ -20,6 +20,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from sidecar import config as cfg
+from sidecar import labels
 from sidecar.service import metrics
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -150,13 +151,13 @@ def test_deploy_files_use_only_exported_metrics(path: Path) -> None:
 
 
 LABEL_ENUMS: dict[str, Any] = {
-    "route": metrics.Route,
-    "outcome": metrics.Outcome,
-    "kind": metrics.UpstreamErrorKind,
-    "step": metrics.LadderStep,
-    "channel": metrics.Channel,
-    "result": metrics.ReloadResult,
-    "mode": metrics.Mode,
+    "route": labels.Route,
+    "outcome": labels.Outcome,
+    "kind": labels.UpstreamErrorKind,
+    "step": labels.LadderStep,
+    "channel": labels.Channel,
+    "result": labels.ReloadResult,
+    "mode": labels.WatchMode,
 }
 
 
@@ -171,7 +172,7 @@ def test_label_values_belong_to_the_enums(path: Path) -> None:
         for label, _op, value in re.findall(r'(\w+)\s*(=~|!~|!=|=)\s*"([^"]*)"', matchers):
             enum = LABEL_ENUMS.get(label)
             if name.startswith("reissues") and label == "outcome":
-                enum = metrics.ReissueOutcome
+                enum = labels.ReissueOutcome
             if enum is None:
                 continue
             for alternative in value.split("|"):
