@@ -1,8 +1,14 @@
 """Upstream server dialects: what differs between vLLM, llama.cpp, SGLang and Ollama (pure).
 
-A :class:`Dialect` states, for one kind of server, where reasoning arrives, how a stream
-ends, how thinking is turned off on a reissue, which server-side budget fields it knows,
-which path answers a readiness probe, and whether it has Ollama's native NDJSON API.
+A :class:`Dialect` states, for one kind of server, what the sidecar acts on: how thinking
+is turned off on a reissue, which path answers a readiness probe, and whether it has
+Ollama's native NDJSON API. The rest of what differs is read the same way for every
+server by the wire APIs (``sidecar.apis``): reasoning arrives in ``delta.reasoning``
+(vLLM, Ollama's OpenAI layer) or ``delta.reasoning_content`` (llama.cpp, SGLang), in
+``message.thinking``/``thinking`` on Ollama's native API, or between inline ``<think>``
+tags; llama.cpp and Ollama send no ``[DONE]`` after an in-stream error, which ends the
+stream by itself. The servers' own thinking budgets (vLLM's ``thinking_token_budget``,
+llama.cpp's ``thinking_budget_tokens``, SGLang's ``custom_params``) pass through untouched.
 ``effective_config`` turns the operator's config into the one the proxy uses for that
 dialect (thinking-off rules and ladder); ``detect`` decides ``dialect = "auto"`` from the
 answers to the probes in ``PROBES`` (the proxy does the requests; this module only
@@ -19,20 +25,12 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 import orjson
 
-from sidecar.config import (
-    DEFAULT_THINKING_OFF_RULES,
-    Config,
-    DialectName,
-    ThinkingOffRule,
-)
-
-ReasoningField = Literal[
-    "delta.reasoning", "delta.reasoning_content", "message.thinking", "thinking", "<think>"
-]
+from sidecar.config import DEFAULT_THINKING_OFF_RULES, Config, ThinkingOffRule
+from sidecar.labels import DialectName
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,19 +39,12 @@ class Dialect:
 
     name: DialectName
     server: str
-    #: Where reasoning text arrives, in the order the stream model looks for it.
-    reasoning: tuple[ReasoningField, ...]
-    #: Whether ``data: [DONE]`` follows an in-stream ``{"error": …}`` event. Where it does
-    #: not (llama.cpp), the error event itself ends the stream: not a truncation.
-    done_after_error: bool
     #: Ollama's native ``/api/chat`` and ``/api/generate`` (NDJSON, ``done: true``).
     native_ndjson: bool
     #: Thinking-off body patches for the OpenAI-compatible routes, per model family.
     thinking_off: tuple[ThinkingOffRule, ...]
     #: Thinking-off body patches for the native API (Ollama only).
     native_thinking_off: tuple[ThinkingOffRule, ...]
-    #: Server-side thinking budget fields a request may carry (passed through untouched).
-    budget_fields: tuple[str, ...]
     #: ``GET`` path whose 2xx means the upstream is ready.
     health_path: str
 
@@ -72,35 +63,29 @@ _OLLAMA_NATIVE_OFF = (
 DIALECTS: Mapping[DialectName, Dialect] = {
     "vllm": Dialect(
         name="vllm", server="vLLM",
-        reasoning=("delta.reasoning", "delta.reasoning_content", "<think>"),
-        done_after_error=True, native_ndjson=False,
+        native_ndjson=False,
         thinking_off=DEFAULT_THINKING_OFF_RULES, native_thinking_off=(),
-        budget_fields=("thinking_token_budget",), health_path="/health",
+        health_path="/health",
     ),
     "llamacpp": Dialect(
         name="llamacpp", server="llama.cpp llama-server",
-        reasoning=("delta.reasoning_content", "<think>"),
-        done_after_error=False, native_ndjson=False,
+        native_ndjson=False,
         # chat_template_kwargs reaches the Jinja template; reasoning_effort "none" is the
         # generic switch (README 00dc8057). The built-in family rules fit both.
         thinking_off=DEFAULT_THINKING_OFF_RULES, native_thinking_off=(),
-        budget_fields=("reasoning_budget_tokens", "thinking_budget_tokens"),
         health_path="/health",
     ),
     "sglang": Dialect(
         name="sglang", server="SGLang",
-        reasoning=("delta.reasoning_content", "<think>"),
-        done_after_error=True, native_ndjson=False,
+        native_ndjson=False,
         thinking_off=DEFAULT_THINKING_OFF_RULES, native_thinking_off=(),
-        # A logit processor with custom_params.thinking_budget (may need a server flag).
-        budget_fields=("custom_params",), health_path="/health",
+        health_path="/health",
     ),
     "ollama": Dialect(
         name="ollama", server="Ollama",
-        reasoning=("delta.reasoning", "message.thinking", "thinking", "<think>"),
-        done_after_error=False, native_ndjson=True,
+        native_ndjson=True,
         thinking_off=_OLLAMA_V1_OFF, native_thinking_off=_OLLAMA_NATIVE_OFF,
-        budget_fields=(), health_path="/api/version",
+        health_path="/api/version",
     ),
 }
 

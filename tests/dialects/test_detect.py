@@ -52,5 +52,3 @@ def test_effective_config_per_dialect() -> None:
     llama = effective_config(cfg, DIALECTS["llamacpp"])
     assert llama.reissue.ladder == ("no-think",)
     assert llama.reissue.rules == DEFAULT_THINKING_OFF_RULES
-    assert DIALECTS["llamacpp"].budget_fields[0] == "reasoning_budget_tokens"
-    assert DIALECTS["llamacpp"].done_after_error is False
