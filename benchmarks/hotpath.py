@@ -36,8 +36,10 @@ from aiohttp.test_utils import TestServer
 
 from benchmarks.floor import parse_events
 from detectors import DetectorConfig
+from sidecar.apis.base import RequestFacts
+from sidecar.apis.openai.chat import CHAT
+from sidecar.core.attempt import Attempt, AttemptSpec
 from sidecar.simulator import SimulatorConfig, make_simulator_app
-from sidecar.watch import Attempt
 
 
 async def _streams(count: int, max_tokens: int) -> list[list[bytes]]:
@@ -72,8 +74,11 @@ def _floor(stream: list[bytes]) -> int:
 def _first_attempt(detectors: DetectorConfig, stop: bool) -> Attempt:
     """A first attempt as the proxy makes it with the default ladder (``["no-think"]``):
     no salvage step, so no reasoning is kept for one."""
-    return Attempt(route="chat", number=0, detectors=detectors, started_at=0.0,
-                   stop_on_verdict=stop, keep_reasoning=False)
+    facts = RequestFacts(fingerprint="", client_stream=True, usage=False)
+    splicer = CHAT.splicer(facts, None, request_id="bench", model="m")
+    spec = AttemptSpec(number=0, detectors=detectors, started_at=0.0, exchange_started=0.0,
+                       stop_on_verdict=stop, keep_reasoning=False)
+    return CHAT.attempt(spec, facts, splicer, None)
 
 
 def _end(attempt: Attempt, now: float) -> int:

@@ -1,20 +1,22 @@
-"""The request handlers and the upstream client: where the sidecar's network I/O happens.
+"""The request handlers: where the sidecar's network I/O happens.
 
-Everything that decides (what a chunk means, whether a detector fired, what the
-reissue body is, which bytes a splice writes) lives in pure modules; the handlers here
-only carry those decisions out. The only other modules that await a socket are
-``sidecar.net.sinks`` (writing a watched response to the client), ``sidecar.net.upstream`` (the
-watched requests' upstream connections) and ``sidecar.net.fleet`` (the optional Redis behind
-the runaway memory).
+Everything that decides lives in pure modules: what a request asks and what bodies it
+sends (its wire API, ``sidecar.apis``), what a chunk means and which bytes a splice
+writes (the API's attempt and splicer), the plan before the first token
+(``sidecar.core.plan``) and what follows each attempt (``sidecar.core.ladder``). The
+handlers here only carry those decisions out: they move bytes, run timers and count. The
+only other modules that await a socket are ``sidecar.net.sinks`` (writing a watched
+response to the client), ``sidecar.net.upstream`` (the watched requests' upstream
+connections) and ``sidecar.net.fleet`` (the optional Redis behind the runaway memory).
 
 Two kinds of routes:
 
 - pass-through, for every method and path that is not watched: status, headers (minus
   hop-by-hop) and body are relayed as they arrive, in both directions;
-- watched, ``POST /v1/chat/completions`` and ``POST /v1/completions``: the upstream
-  stream is decoded and fed to the detectors while its original bytes are forwarded.
-  On a verdict the handler leaves the upstream response (closing the connection, so
-  vLLM aborts the request and frees its KV cache) and walks the reissue ladder.
+- watched, one per registered wire API (``sidecar.apis.REGISTRY``): the upstream stream
+  is decoded and fed to the detectors while its original bytes are forwarded. On a
+  verdict the handler leaves the upstream response (closing the connection, so vLLM
+  aborts the request and frees its KV cache) and walks the reissue ladder.
 
 Cutting always means leaving the ``async with`` block that owns the upstream response.
 A client disconnect cancels the handler (``handler_cancellation=True``), which leaves
@@ -28,19 +30,24 @@ import math
 import time
 import uuid
 from collections.abc import AsyncIterator
-from dataclasses import replace
-from typing import Any, Literal
+from typing import Any
 
 import aiohttp
 import orjson
 import structlog
 from aiohttp import web
+from aiohttp.typedefs import Handler
 from yarl import URL
 
-from detectors import DetectorConfig, Verdict, resolve_thinking_budget
-from sidecar import ollama
+from detectors import DetectorConfig, Verdict
+from sidecar.apis.base import Fold, Splicer, WireApi
 from sidecar.codecs.http1 import ProtocolError
-from sidecar.config import MODES, Config, Mode, ThinkingOffRule, model_override
+from sidecar.config import Config
+from sidecar.core.attempt import Attempt, AttemptSpec, Totals
+from sidecar.core.bodies import useful_reasoning
+from sidecar.core.exchange import Exchange, watchable
+from sidecar.core.ladder import Ended, Ladder, Next
+from sidecar.core.plan import Refusal, plan
 from sidecar.dialects import DIALECTS, PROBES, ProbeAnswer, detect, effective_config
 from sidecar.errors import (
     RequestTooLarge,
@@ -51,27 +58,14 @@ from sidecar.errors import (
     map_upstream_exception,
     upstream_error_body,
 )
-from sidecar.exchange import Exchange, RequestFacts, max_tokens_of, watchable
+from sidecar.labels import LadderStep, Outcome, ReissueOutcome
 from sidecar.net.fleet import Fleet
 from sidecar.net.headers import forward_headers
-from sidecar.net.sinks import BodySink, NdjsonBodySink, NdjsonStreamSink, Sink, StreamSink
+from sidecar.net.sinks import BodySink, Sink, StreamSink
 from sidecar.net.upstream import UpstreamPool
-from sidecar.ollama_attempt import OllamaAttempt
-from sidecar.policy.rules import Decision, Policy, RequestView, header_thinking, rules_of
-from sidecar.reissue import (
-    deep_merge,
-    no_think_body,
-    salvage_body,
-    thinking_disabled,
-    thinking_off_patch,
-    useful_reasoning,
-    watched_body,
-)
+from sidecar.policy.rules import Policy, rules_of
 from sidecar.service.logs import access_log_fields, runaway_log_fields
-from sidecar.service.metrics import LadderStep, Metrics, Outcome
-from sidecar.splice import Head
-from sidecar.stream import Route
-from sidecar.watch import Attempt, Totals
+from sidecar.service.metrics import Metrics
 
 log = structlog.get_logger("runaway_sidecar")
 
@@ -251,47 +245,35 @@ class Proxy:
 
     # -- watched routes --------------------------------------------------------------
 
-    async def chat(self, request: web.Request) -> web.StreamResponse:
-        """``POST /v1/chat/completions``."""
-        return await self._watched(request, "chat")
+    def handler(self, api: WireApi) -> Handler:
+        """The request handler of a watched API's route."""
+        async def watched(request: web.Request) -> web.StreamResponse:
+            if api.ollama_native and not self.dialect.native_ndjson:
+                return await self.passthrough(request)  # "auto" found another server
+            return await self._watched(request, api)
 
-    async def completions(self, request: web.Request) -> web.StreamResponse:
-        """``POST /v1/completions``."""
-        return await self._watched(request, "completions")
+        return watched
 
-    async def ollama_chat(self, request: web.Request) -> web.StreamResponse:
-        """Ollama's ``POST /api/chat`` (NDJSON)."""
-        if not self.dialect.native_ndjson:  # "auto" found another server
-            return await self.passthrough(request)
-        return await self._watched(request, "chat", native="chat")
-
-    async def ollama_generate(self, request: web.Request) -> web.StreamResponse:
-        """Ollama's ``POST /api/generate`` (NDJSON)."""
-        if not self.dialect.native_ndjson:  # "auto" found another server
-            return await self.passthrough(request)
-        return await self._watched(request, "completions", native="generate")
-
-    def _off_rules(self, native: ollama.Kind | None) -> tuple[ThinkingOffRule, ...]:
-        return self.dialect.native_thinking_off if native else self.config.reissue.rules
-
-    async def _read_body(self, request: web.Request) -> bytes:
-        limit = self.config.max_body_bytes
+    async def _read_body(self, request: web.Request, cfg: Config) -> bytes:
+        limit = cfg.max_body_bytes
         if request.content_length is not None and request.content_length > limit:
             raise RequestTooLarge
         chunks: list[bytes] = []
         size = 0
-        async for chunk in _timed_body(request, self.config.client_body_timeout_seconds):
+        async for chunk in _timed_body(request, cfg.client_body_timeout_seconds):
             size += len(chunk)
             if size > limit:
                 raise RequestTooLarge
             chunks.append(chunk)
         return b"".join(chunks)
 
-    async def _watched(self, request: web.Request, route: Route,
-                       native: ollama.Kind | None = None) -> web.StreamResponse:
-        cfg = self.config
+    async def _watched(self, request: web.Request, api: WireApi) -> web.StreamResponse:
+        # One snapshot of the config and policy for the whole exchange: a reload applies
+        # to requests that start after it.
+        cfg, policy = self.config, self.policy
+        route = api.route
         try:
-            raw = await self._read_body(request)
+            raw = await self._read_body(request, cfg)
         except RequestTooLarge:
             self.metrics.request_done(route, "rejected")
             return _json_error(413, f"request body exceeds {cfg.max_body_bytes} bytes",
@@ -307,51 +289,50 @@ class Proxy:
             # Not ours to judge: vLLM answers malformed requests with its own 400.
             return await self.passthrough(request, raw)
         model = body.get("model") if isinstance(body.get("model"), str) else None
-        plan = await self._plan(request, route, body, model)
-        if isinstance(plan, web.StreamResponse):
+        planned = plan(cfg, api, body, request.headers, policy,
+                       self.metrics.model_label(model))
+        if isinstance(planned, Refusal):
             self.metrics.request_done(route, "rejected", model)
-            return plan
-        mode, detectors, decision, budget_key = plan
-        if mode == "off":
+            return _json_error(400, planned.message, "BadRequestError", param=planned.param)
+        if planned.mode == "off":
             return await self.passthrough(request, raw)
-        if decision.thinking == "off" and decision.source != "client" and not thinking_disabled(
-                body):
-            body = deep_merge(body, thinking_off_patch(model or "", self._off_rules(native)))
+        decision = planned.decision
+        facts = api.facts(body)
+        if (decision.thinking == "off" and decision.source != "client"
+                and not facts.thinking_disabled):
+            body = api.thinking_off(body, api.off_rules(cfg, self.dialect))
             raw = orjson.dumps(body)
-        hide_reasoning = body.get("include_reasoning") is False
-        if hide_reasoning:  # the tokens are generated anyway: watch them, then hide them
-            body = {**body, "include_reasoning": True}
+            facts = api.facts(body)
+        exposed = api.expose_reasoning(body)
+        if exposed is not None:  # the tokens are generated anyway: watch them, then hide them
+            body = exposed
             raw = orjson.dumps(body)
-        ex = Exchange(route=route, model=model, mode=mode,
+        if planned.adaptive:
+            planned = planned.with_token_budget(await self.fleet.budget(planned.budget_key))
+        ex = Exchange(api=api, config=cfg, model=model, mode=planned.mode,
                       request_id=request.headers.get("X-Request-Id") or uuid.uuid4().hex,
-                      started=asyncio.get_running_loop().time(),
-                      client_stream=(body.get("stream") is True if native is None
-                                     else ollama.client_streams(body)),
-                      max_tokens=max_tokens_of(body), budget_key=budget_key, native=native)
+                      started=asyncio.get_running_loop().time(), facts=facts,
+                      max_tokens=api.max_tokens(body), budget_key=planned.budget_key)
         if decision.source != "default":
             if decision.rule is not None:
                 self.metrics.policy_decision(decision.rule)
             log.info("policy", request_id=ex.request_id, model=model, rule=decision.rule,
                      source=decision.source, thinking=decision.thinking, reason=decision.reason)
-        ex.hide_reasoning = hide_reasoning
-        sink: Sink = (StreamSink(request) if ex.client_stream
-                       else BodySink(route, hide_reasoning=hide_reasoning))
-        if native is not None:
-            sink = (NdjsonStreamSink(request, native) if ex.client_stream
-                    else NdjsonBodySink(request, native))
+        fold = api.fold(facts)
+        splicer = api.splicer(facts, fold, request_id=ex.request_id, model=model)
+        sink: Sink = StreamSink(api, request) if fold is None else BodySink(api, fold)
+        ladder = Ladder(cfg.reissue.ladder, max_attempts=cfg.reissue.max_attempts,
+                        mode=ex.mode, choices=facts.choices, salvageable=facts.salvageable)
         self.metrics.stream_started()
         try:
             try:
-                # From here on the request is kept as its bytes and these facts (see
-                # RequestFacts), not parsed: a reissue parses the bytes again.
-                facts = RequestFacts.of(body)
-                serving = self._serve(
-                    request, ex, raw, facts,
-                    raw if ex.client_stream else orjson.dumps(
-                        ollama.watched_body(body) if native
-                        else watched_body(body, client_stream=False)),
-                    detectors, sink)
-                del body
+                # From here on the request is kept as its bytes and its facts, not parsed:
+                # a reissue parses the bytes again.
+                first = api.first_body(body, facts)
+                serving = self._serve(request, ex, ladder, raw,
+                                      raw if first is None else orjson.dumps(first),
+                                      planned.detectors, splicer, fold, sink)
+                del body, first, exposed
                 await serving
             except _RESETS as exc:
                 if not _reset_by_client(exc, request):
@@ -361,191 +342,132 @@ class Proxy:
                 # A bug of ours must not leave the client with a broken stream.
                 log.exception("internal_error", request_id=ex.request_id)
                 ex.outcome = "error"
-                await sink.fail(_InternalError("runaway-sidecar internal error"), None)
+                self._reissue_done(ex, ladder.interrupted("error"))
+                err = _InternalError("runaway-sidecar internal error")
+                await sink.fail(err, splicer.error(err))
             return await sink.finish(ex)
         except asyncio.CancelledError:
             ex.outcome = "client_disconnect"
             self.metrics.client_disconnect(route)
+            self._reissue_done(ex, ladder.interrupted("client_disconnect"))
             raise
         finally:
             self.metrics.stream_ended()
             self._account(request, ex, sink)
 
-    async def _plan(
-        self, request: web.Request, route: Route, body: dict[str, Any], model: str | None,
-    ) -> web.Response | tuple[Mode, DetectorConfig, Decision, str]:
-        """Decide, before the first token, the mode, the thinking policy and the budgets;
-        or answer 400 for a bad per-request control."""
-        cfg = self.config
-        override = model_override(cfg, model or "")
-        header_mode = request.headers.get("X-Runaway-Mode")
-        if header_mode is not None and header_mode not in MODES:
-            return _json_error(400, "X-Runaway-Mode must be one of enforce, cut, shadow, off",
-                               "BadRequestError", param="X-Runaway-Mode")
-        try:
-            header = header_thinking(request.headers.get("X-Thinking"))
-        except ValueError as exc:
-            return _json_error(400, str(exc), "BadRequestError", param="X-Thinking")
-        view = RequestView.of(body, route, request.headers, max_tokens_of(body))
-        decision = self.policy.decide(view, body, header)
-        mode: Mode = (header_mode or decision.mode
-                      or (override.mode if override and override.mode else cfg.mode))
-        model_budget = (decision.thinking_token_budget if decision.thinking_token_budget
-                        is not None else override.thinking_token_budget if override else None)
-        try:
-            budget = resolve_thinking_budget(
-                cfg.detectors.thinking_token_budget, model_budget,
-                body.get("thinking_token_budget"), request.headers.get("X-Thinking-Budget"))
-        except ValueError as exc:
-            return _json_error(400, str(exc), "BadRequestError", param="thinking_token_budget")
-        budget_key = f"{self.metrics.model_label(model)}|{decision.rule or '-'}"
-        if budget is None and cfg.policy.adaptive_budget and decision.thinking != "off":
-            budget = await self.fleet.budget(budget_key)
-        seconds_budget = (override.thinking_seconds_budget if override and
-                          override.thinking_seconds_budget is not None
-                          else cfg.detectors.thinking_seconds_budget)
-        return mode, _with_budgets(cfg.detectors, budget, seconds_budget), decision, budget_key
-
-    async def _serve(self, request: web.Request, ex: Exchange, raw: bytes, facts: RequestFacts,
-                     upstream: bytes, detectors: DetectorConfig, sink: Sink) -> None:
+    async def _serve(self, request: web.Request, ex: Exchange, ladder: Ladder, raw: bytes,
+                     upstream: bytes, detectors: DetectorConfig, splicer: Splicer,
+                     fold: Fold | None, sink: Sink) -> None:
         """Run the first attempt, which sends ``upstream``, and after a cut the reissue
         ladder, whose bodies are made from ``raw``, the client's request (each replaces
         ``upstream``: only the current attempt's body is kept)."""
-        cfg = self.config
+        cfg, api, facts = ex.config, ex.api, ex.facts
         loop = asyncio.get_running_loop()
-        ladder: list[str] = list(cfg.reissue.ladder)
-        n = facts.choices
-        open_choices = list(range(n))
+        rules = api.off_rules(cfg, self.dialect)
         if (cfg.memory.enabled and ex.mode == "enforce" and not facts.thinking_disabled
                 and await self.fleet.recalls(facts.fingerprint, loop.time())):
-            upstream = orjson.dumps(
-                self._no_think_body(orjson.loads(raw), ex, len(open_choices)))
+            upstream = orjson.dumps(api.reissue_body(
+                orjson.loads(raw), "no-think", facts, rules=rules, open_choices=facts.choices))
             log.info("runaway_memory_hit", request_id=ex.request_id, model=ex.model)
-        step = "original"
-        head: Head | None = None
         earlier = Totals()
-        index_map: dict[int, int] | None = None
-        aggregator = sink.aggregator
+        index_map: dict[int, int] = {}
         while True:
-            attempt: Attempt | OllamaAttempt = Attempt(
-                route=ex.route, number=ex.attempts, detectors=detectors,
-                started_at=loop.time(), head=head, index_map=index_map,
-                reasoning_to_content=step == "salvage", aggregator=aggregator,
-                earlier=earlier, hide_reasoning=ex.hide_reasoning,
-                client_usage=facts.usage,
-                client_continuous_usage=facts.continuous_usage,
-                stop_on_verdict=ex.mode in ("enforce", "cut"),
-                keep_reasoning=ex.mode == "enforce" and "salvage" in ladder,
-            ) if ex.native is None else OllamaAttempt(
-                kind=ex.native, number=ex.attempts, detectors=detectors,
-                started_at=loop.time(), exchange_started=ex.started, head=head,
-                earlier=earlier, stop_on_verdict=ex.mode in ("enforce", "cut"),
-            )
+            number = ladder.started()
             ex.attempts += 1
+            spec = AttemptSpec(number=number, detectors=detectors, started_at=loop.time(),
+                               exchange_started=ex.started, earlier=earlier, step=ladder.step,
+                               index_map=index_map,
+                               stop_on_verdict=ex.mode in ("enforce", "cut"),
+                               keep_reasoning=ex.mode == "enforce" and ladder.salvage_ahead)
+            attempt = api.attempt(spec, facts, splicer, fold)
             try:
                 await self._attempt(request, ex, attempt, upstream, sink)
             except _UpstreamStatus as st:
-                if attempt.number == 0:
+                if number == 0:
                     ex.upstream_status = st.status
                     await sink.relay(st.status, st.headers, st.body)
-                    return
-                err = UpstreamError(f"reissue failed with upstream status {st.status}")
-                self._reissue_done(ex, step, "upstream_error")
-                await sink.fail(err, attempt.head or head)
+                nxt = ladder.after(Ended(status=st.status))
+                if nxt.kind == "fail":
+                    refused = UpstreamError(f"reissue failed with upstream status {st.status}")
+                    await self._fail(ex, nxt, refused, splicer, sink)
                 return
             except UpstreamError as err:
-                self.metrics.upstream_error(err.kind)
-                if attempt.number > 0:
-                    self._reissue_done(ex, step, "upstream_error")
-                ex.outcome = "upstream_error"
-                await sink.fail(err, attempt.head or head)
+                await self._fail(ex, ladder.after(Ended(failed=err.kind)), err, splicer, sink)
                 return
-            head = head or attempt.head
-            ex.thinking_tokens += sum(c.thinking_tokens for c in attempt.choices.values())
-            ex.content_tokens += sum(c.content_tokens for c in attempt.choices.values())
+            ex.thinking_tokens += attempt.thinking_tokens
+            ex.content_tokens += attempt.content_tokens
             if attempt.first_content_at is not None and not ex.ttfc_seen:
                 ex.ttfc_seen = True
                 self.metrics.observe_ttfc(ex.model, attempt.first_content_at - ex.started)
             verdict = attempt.verdict
-            if verdict is None or ex.mode == "shadow":
-                if verdict is not None:
-                    self._record_verdict(ex, attempt, verdict)
-                    ex.outcome = "shadow"
-                if attempt.number > 0:
-                    self._reissue_done(ex, step, "ok")
-                    ex.outcome = "reissued"
-                if attempt.error is not None and attempt.number == 0:
-                    ex.outcome = "upstream_error"
-                    self.metrics.upstream_error("status_5xx")
+            nxt = ladder.after(Ended(runaway=verdict is not None,
+                                     stream_error=attempt.error is not None,
+                                     finished=attempt.finished_choices))
+            if nxt.record_verdict:
+                assert verdict is not None
+                self._record_verdict(ex, attempt, verdict)
+            if nxt.outcome is not None:
+                ex.outcome = nxt.outcome
+            self._reissue_done(ex, nxt.reissue)
+            if nxt.upstream_error is not None:
+                self.metrics.upstream_error(nxt.upstream_error)
+            if nxt.kind == "done":
+                if nxt.outcome == "upstream_error" and attempt.error is not None:
                     if not ex.client_stream:
                         # vLLM answers a non-streaming request that fails mid-generation
                         # with an error status, not a 200 holding half a completion.
-                        await sink.fail(_in_stream_error(attempt.error.message,
-                                                         attempt.error.code), head)
-                elif (verdict is None and attempt.number == 0 and cfg.policy.adaptive_budget
+                        failure = _in_stream_error(attempt.error.message, attempt.error.code)
+                        await sink.fail(failure, splicer.error(failure))
+                elif (verdict is None and number == 0 and cfg.policy.adaptive_budget
                       and attempt.first_content_at is not None and ex.thinking_tokens > 0):
                     await self.fleet.observe_thinking(ex.budget_key, ex.thinking_tokens)
                 return
-            self._record_verdict(ex, attempt, verdict)
-            await self.fleet.remember(facts.fingerprint, loop.time())
-            if attempt.number > 0:
-                self._reissue_done(ex, step, "runaway")
-            # Client choices still open: those that neither this attempt nor an earlier
-            # one finished (``open_choices`` holds no earlier one's).
-            finished = _finished_client(attempt)
-            open_choices = [i for i in open_choices if i not in finished]
+            assert verdict is not None
+            if nxt.remember:
+                await self.fleet.remember(facts.fingerprint, loop.time())
             earlier = attempt.totals()
-            if head is None:  # cut before the first chunk: nothing to splice into
-                head = Head(f"{'chatcmpl' if ex.route == 'chat' else 'cmpl'}-{ex.request_id}",
-                            int(time.time()), ex.model, ex.route)
-            next_step = ladder.pop(0) if ladder and ex.mode == "enforce" else None
-            if next_step is None or ex.attempts >= cfg.reissue.max_attempts:
-                ex.outcome = "cut" if ex.mode == "cut" else "exhausted"
-                if ex.mode == "enforce":
+            if nxt.kind == "end":
+                assert nxt.action is not None
+                if nxt.exhausted:
                     self.metrics.ladder_exhausted(ex.model)
-                action = "cut" if ex.mode == "cut" else "finish"
-                await sink.end(head, verdict, action, ex.attempts - 1, open_choices,
-                               earlier, facts.usage)
+                sink.cut(nxt.action)
+                await sink.write(splicer.end(
+                    verdict, nxt.action, ex.attempts - 1, nxt.open_choices, earlier,
+                    usage=facts.usage, elapsed=loop.time() - ex.started, wall=time.time()))
                 return
-            step = next_step
+            assert nxt.step is not None
             body = orjson.loads(raw)
-            step_body = self._step_body(body, step, ex, attempt, verdict, len(open_choices))
-            if step_body is None:  # the step does not apply (e.g. salvage with n>1)
-                step = "no-think"
-                step_body = self._step_body(body, step, ex, attempt, verdict, len(open_choices))
-            assert step_body is not None
-            upstream = orjson.dumps(step_body)
-            del body, step_body
-            index_map = dict(enumerate(open_choices))
-            await sink.splice_start(head, verdict, f"reissue:{step}", ex.attempts - 1,
-                                    [i for i in open_choices if attempt.inline_open(i)])
+            reasoning = ""
+            if nxt.step == "salvage":
+                index = attempt.verdict_index if attempt.verdict_index is not None else 0
+                reasoning = useful_reasoning(attempt.reasoning_of(index),
+                                             verdict.evidence.excerpt)
+            upstream = orjson.dumps(api.reissue_body(
+                body, nxt.step, facts, rules=rules, open_choices=len(nxt.open_choices),
+                reasoning=reasoning))
+            del body, reasoning
+            index_map = dict(enumerate(nxt.open_choices))
+            action = f"reissue:{nxt.step}"
+            sink.cut("reissue")
+            await sink.write(splicer.cut(
+                verdict, action, ex.attempts - 1,
+                [i for i in nxt.open_choices if attempt.inline_open(i)], wall=time.time()))
 
-    def _step_body(self, body: dict[str, Any], step: str, ex: Exchange,
-                   attempt: Attempt | OllamaAttempt, verdict: Verdict,
-                   open_count: int) -> dict[str, Any] | None:
-        if step == "salvage":
-            if ex.native is not None:  # no salvage on the native API: no prefill to continue
-                return None
-            index = attempt.verdict_index if attempt.verdict_index is not None else 0
-            reasoning = useful_reasoning(attempt.reasoning_of(index), verdict.evidence.excerpt)
-            return salvage_body(body, reasoning, client_stream=ex.client_stream)
-        model = step.split(":", 1)[1] if step.startswith("fallback:") else None
-        return self._no_think_body(body, ex, open_count, model)
+    async def _fail(self, ex: Exchange, nxt: Next, err: UpstreamError, splicer: Splicer,
+                    sink: Sink) -> None:
+        """Carry out a ``fail`` from the ladder: count it and report ``err``."""
+        if nxt.upstream_error is not None:
+            self.metrics.upstream_error(nxt.upstream_error)
+        self._reissue_done(ex, nxt.reissue)
+        if nxt.outcome is not None:
+            ex.outcome = nxt.outcome
+        await sink.fail(err, splicer.error(err))
 
-    def _no_think_body(self, body: dict[str, Any], ex: Exchange, open_count: int,
-                       model: str | None = None) -> dict[str, Any]:
-        """The thinking-off request for ``body`` in ``ex``'s dialect (on ``model`` for a
-        fallback step), asking for the ``open_count`` choices still open."""
-        if ex.native is not None:
-            return ollama.no_think_body(body, self._off_rules(ex.native), model=model)
-        return no_think_body(body, self.config.reissue.rules, client_stream=ex.client_stream,
-                             open_choices=open_count, model=model)
-
-    async def _attempt(self, request: web.Request, ex: Exchange, attempt: Attempt | OllamaAttempt,
+    async def _attempt(self, request: web.Request, ex: Exchange, attempt: Attempt,
                        data: bytes, sink: Sink) -> None:
         """One upstream request with body ``data``, pumped through ``attempt`` into ``sink``."""
-        stall = self.config.detectors.stall_seconds
-        read_timeout = self.config.upstream_read_timeout_seconds or None
+        stall = ex.config.detectors.stall_seconds
+        read_timeout = ex.config.upstream_read_timeout_seconds or None
         # One deadline serves the clock-driven detectors and the read timeout: it wakes
         # after ``window`` without bytes (the shorter of the two), then every ``step``.
         window = min(w for w in (stall, read_timeout, math.inf) if w is not None)
@@ -554,8 +476,7 @@ class Proxy:
         loop = asyncio.get_running_loop()
         headers_received = False
         try:
-            path = (ollama.NATIVE_PATHS[ex.native] if ex.native else
-                    "/v1/chat/completions" if ex.route == "chat" else "/v1/completions")
+            path = ex.api.path
             # The upstream's answer head within the read timeout, as sock_read would.
             try:
                 async with asyncio.timeout(read_timeout):
@@ -571,7 +492,7 @@ class Proxy:
                 headers_received = True
                 ctype = up.headers.get("Content-Type", "")
                 if up.status != 200 or not ctype.startswith(
-                        ollama.NDJSON_TYPE if ex.native else "text/event-stream"):
+                        ex.api.stream_type):
                     raise _UpstreamStatus(up.status, up.headers, await up.read())
                 ex.upstream_status = up.status
                 sink.upstream_headers(up.take_headers())
@@ -632,7 +553,7 @@ class Proxy:
                         deadline_at = now + step
                 if attempt.stopped:
                     up.close()  # not release(): vLLM must see the disconnect and abort
-                elif not attempt.done and (not attempt.choices or attempt.open_choices):
+                elif attempt.truncated:
                     raise UpstreamDisconnected("upstream ended the stream before it finished")
         except (TimeoutError, aiohttp.ClientError, OSError, ProtocolError) as exc:
             if _reset_by_client(exc, request):
@@ -644,8 +565,7 @@ class Proxy:
 
     # -- accounting --------------------------------------------------------------------
 
-    def _record_verdict(self, ex: Exchange, attempt: Attempt | OllamaAttempt,
-                        verdict: Verdict) -> None:
+    def _record_verdict(self, ex: Exchange, attempt: Attempt, verdict: Verdict) -> None:
         ex.verdicts.append(verdict)
         mode = ex.mode if ex.mode in ("enforce", "cut", "shadow") else "enforce"
         self.metrics.runaway(ex.model, verdict.detector, verdict.channel, mode)
@@ -659,20 +579,21 @@ class Proxy:
             verdict, request_id=ex.request_id, model=ex.model,
             seconds=loop.time() - ex.started, mode=ex.mode, attempt=attempt.number))
 
-    def _reissue_done(self, ex: Exchange, step: str, outcome: Any) -> None:
-        label: LadderStep = ("salvage" if step == "salvage" else
-                             "fallback_model" if step.startswith("fallback:") else "thinking_off")
-        self.metrics.reissue(ex.model, label, outcome)
+    def _reissue_done(self, ex: Exchange,
+                      reissue: tuple[LadderStep, ReissueOutcome] | None) -> None:
+        """Count how a reissue went (``None``: the attempt was the first, not a reissue)."""
+        if reissue is not None:
+            self.metrics.reissue(ex.model, *reissue)
 
     def _account(self, request: web.Request, ex: Exchange, sink: Sink) -> None:
         loop = asyncio.get_running_loop()
         seconds = loop.time() - ex.started
-        self.metrics.request_done(ex.route, ex.outcome, ex.model)
+        self.metrics.request_done(ex.api.route, ex.outcome, ex.model)
         self.metrics.observe_thinking(ex.model, ex.thinking_tokens, seconds if
                                       ex.thinking_tokens else 0.0)
         self.metrics.content_tokens(ex.model, ex.content_tokens)
         log.info("access", **access_log_fields(
-            method=request.method, path=request.path, status=sink.status, route=ex.route,
+            method=request.method, path=request.path, status=sink.status, route=ex.api.route,
             outcome=ex.outcome, model=ex.model, request_id=ex.request_id, duration_s=seconds,
             bytes_sent=sink.bytes_sent, upstream_status=ex.upstream_status))
 
@@ -757,16 +678,3 @@ def _json_error(status: int, message: str, error_type: str,
                 param: str | None = None) -> web.Response:
     return web.Response(status=status, body=error_body(message, error_type, status, param),
                         content_type="application/json")
-
-
-def _with_budgets(cfg: DetectorConfig, tokens: int | None, seconds: float | None) -> DetectorConfig:
-    if cfg.thinking_token_budget == tokens and cfg.thinking_seconds_budget == seconds:
-        return cfg
-    return replace(cfg, thinking_token_budget=tokens, thinking_seconds_budget=seconds)
-
-
-def _finished_client(attempt: Attempt | OllamaAttempt) -> set[int]:
-    return {attempt.index_map.get(i, i) for i, c in attempt.choices.items() if c.finished}
-
-
-Action = Literal["reissue", "cut", "finish"]

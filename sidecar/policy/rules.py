@@ -7,8 +7,9 @@ stack trace"), whether tools are present, and ``max_tokens``. Its actions set th
 or off, set a thinking-token budget, or set the mode. Each decision carries the rule name
 and a one-line explanation, which the proxy logs once per request and counts by rule.
 
-Precedence for thinking, highest first: what the client set in the body
-(``chat_template_kwargs.enable_thinking``/``thinking``, ``reasoning_effort``), the
+Precedence for thinking, highest first: what the client set in the body (each wire API
+reads its own switches: ``chat_template_kwargs.enable_thinking``/``thinking`` and
+``reasoning_effort`` on OpenAI's APIs, ``think`` on Ollama's), the
 ``X-Thinking: on|off|auto`` header (``auto`` defers to the rules), the first matching
 rule, the default (leave the request alone). The policy never overrides the client.
 
@@ -26,9 +27,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from sidecar.config import Mode, PolicyRule
-
-Thinking = Literal["on", "off"]
+from sidecar.config import PolicyRule
+from sidecar.labels import Mode, Thinking, WatchedRoute
 
 _FEATURES: dict[str, re.Pattern[str]] = {
     "code_block": re.compile(r"```|^(?: {4}|\t)\S", re.MULTILINE),
@@ -76,7 +76,7 @@ class RequestView:
     """The parts of a request the rules can look at (built once per request)."""
 
     model: str
-    route: Literal["chat", "completions"]
+    route: WatchedRoute
     headers: Mapping[str, str]
     system: str
     last_user: str
@@ -84,7 +84,7 @@ class RequestView:
     max_tokens: int | None
 
     @classmethod
-    def of(cls, body: Mapping[str, Any], route: Literal["chat", "completions"],
+    def of(cls, body: Mapping[str, Any], route: WatchedRoute,
            headers: Mapping[str, str], max_tokens: int | None) -> RequestView:
         """Extract the view from a parsed request body."""
         model = body.get("model") if isinstance(body.get("model"), str) else ""
@@ -106,19 +106,6 @@ class RequestView:
                    isinstance(tools, list) and bool(tools), max_tokens)
 
 
-def client_thinking(body: Mapping[str, Any]) -> Thinking | None:
-    """What the client itself asked for in the body, if anything."""
-    kwargs = body.get("chat_template_kwargs")
-    if isinstance(kwargs, Mapping):
-        for key in ("enable_thinking", "thinking"):
-            if isinstance(kwargs.get(key), bool):
-                return "on" if kwargs[key] else "off"
-    effort = body.get("reasoning_effort")
-    if isinstance(effort, str):
-        return "off" if effort == "none" else "on"
-    return None
-
-
 def header_thinking(value: str | None) -> Thinking | Literal["auto"] | None:
     """Parse ``X-Thinking``; raises ``ValueError`` for anything but on, off or auto."""
     if value is None:
@@ -138,15 +125,15 @@ class Policy:
         self.rules = tuple(rules)
         self._compiled = [_compile(rule) for rule in self.rules]
 
-    def decide(self, view: RequestView, body: Mapping[str, Any],
+    def decide(self, view: RequestView, client: Thinking | None,
                header: Thinking | Literal["auto"] | None) -> Decision:
-        """The decision for one request (see the module docstring for precedence)."""
+        """The decision for one request (see the module docstring for precedence);
+        ``client`` is what the client asked of thinking in the body (its API reads it)."""
         rule = next((r for r, test in zip(self.rules, self._compiled, strict=True)
                      if test(view)), None)
         budget = rule.thinking_token_budget if rule else None
         mode = rule.mode if rule else None
         name = rule.name if rule else None
-        client = client_thinking(body)
         if client is not None:
             return Decision(name, client, budget, mode, "client",
                             f"the client set thinking {client} in the request body")

@@ -1,4 +1,5 @@
-"""The application factory: ``make_app(config, metrics)``; no singletons.
+"""The application factory: ``make_app(config, metrics)``; no singletons. A route for
+each watched wire API in ``sidecar.apis.REGISTRY``, pass-through for everything else.
 
 Tests build as many apps as they like, each with its own metrics registry and
 upstream pool. The proxy object is reachable through the typed key ``PROXY``.
@@ -12,6 +13,7 @@ from collections.abc import AsyncIterator
 from aiohttp import web
 from aiohttp.typedefs import Handler, Middleware
 
+from sidecar.apis import REGISTRY
 from sidecar.config import Config
 from sidecar.errors import error_body
 from sidecar.net.proxy import Proxy
@@ -42,13 +44,11 @@ def make_app(config: Config, metrics: Metrics) -> web.Application:
     app.cleanup_ctx.append(upstream_pool)
     if config.api_key is not None:
         app.middlewares.append(_api_key_middleware(config.api_key))
-    app.router.add_post("/v1/chat/completions", proxy.chat)
-    app.router.add_post("/v1/completions", proxy.completions)
-    if proxy.dialect.native_ndjson or config.dialect == "auto":
-        # Ollama's native API. With "auto" the routes exist before the probe has run;
-        # the handlers pass the request through unless the upstream is Ollama.
-        app.router.add_post("/api/chat", proxy.ollama_chat)
-        app.router.add_post("/api/generate", proxy.ollama_generate)
+    for api in REGISTRY:
+        # Ollama's native API only in front of Ollama. With "auto" the routes exist before
+        # the probe has run; the handlers pass the request through unless it found Ollama.
+        if not api.ollama_native or proxy.dialect.native_ndjson or config.dialect == "auto":
+            app.router.add_post(api.path, proxy.handler(api))
     app.router.add_route("*", "/{tail:.*}", proxy.passthrough)
     return app
 

@@ -29,7 +29,7 @@ from prometheus_client import CollectorRegistry
 
 from sidecar import __version__
 from sidecar.config import Config
-from sidecar.reissue import thinking_off_patch
+from sidecar.core.bodies import thinking_off_patch
 from sidecar.service.app import make_app
 from sidecar.service.metrics import Metrics
 from sidecar.simulator import SimulatorConfig, make_simulator_app

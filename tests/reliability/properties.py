@@ -15,24 +15,20 @@ from typing import Any
 import orjson
 
 from detectors import DetectorConfig
-from sidecar.aggregate import Aggregator
+from sidecar.apis.openai.chunks import Kind, StreamModel
+from sidecar.apis.openai.fold import Aggregator
+from sidecar.apis.openai.requests import no_think_body, salvage_body, watched_body
+from sidecar.apis.openai.splice import Head
 from sidecar.codecs.http1 import ProtocolError, ResponseHead, ResponseReader
 from sidecar.codecs.sse import SSEDecoder, SSEError
 from sidecar.config import DEFAULT_THINKING_OFF_RULES
+from sidecar.core.attempt import Totals
+from sidecar.core.bodies import prompt_fingerprint, thinking_disabled, useful_reasoning
+from sidecar.core.events import MalformedChunk
 from sidecar.errors import UpstreamProtocolError
-from sidecar.reissue import (
-    no_think_body,
-    prompt_fingerprint,
-    salvage_body,
-    thinking_disabled,
-    useful_reasoning,
-    watched_body,
-)
-from sidecar.splice import Head
-from sidecar.stream import MalformedChunk, Route, StreamModel
-from sidecar.watch import Attempt, Totals
+from tests.attempts import chunk_attempt
 
-# Fields a reissue may change (sidecar/reissue.py's docstring), besides the top-level
+# Fields a reissue may change (sidecar/apis/openai/requests.py's docstring), besides the top-level
 # keys of the matching thinking-off rule.
 NO_THINK_FIELDS = frozenset({"stream", "stream_options", "n", "model"})
 SALVAGE_FIELDS = frozenset({"stream", "stream_options", "messages", "continue_final_message",
@@ -119,7 +115,7 @@ def _stream_outcome(model: StreamModel, data: bytes) -> list[Any] | str:
         return str(exc)
 
 
-def check_stream_model(route: Route, payloads: Sequence[bytes], thinking: bool = False) -> int:
+def check_stream_model(route: Kind, payloads: Sequence[bytes], thinking: bool = False) -> int:
     """``StreamModel.feed`` raises only ``MalformedChunk`` and ``flush`` nothing, and a
     model with templates gives the same events and errors as one without; returns the
     number of events."""
@@ -139,7 +135,7 @@ def check_stream_model(route: Route, payloads: Sequence[bytes], thinking: bool =
     return count
 
 
-def check_aggregator(route: Route, chunks: Sequence[Any]) -> bytes:
+def check_aggregator(route: Kind, chunks: Sequence[Any]) -> bytes:
     """Every chunk the stream model accepts folds into the aggregator, and ``body()`` is
     a JSON object."""
     model = StreamModel(route)
@@ -149,7 +145,7 @@ def check_aggregator(route: Route, chunks: Sequence[Any]) -> bytes:
             model.feed(orjson.dumps(chunk))
         except (MalformedChunk, TypeError):
             continue
-        # The attempt stops folding at an in-stream error event (sidecar/watch.py).
+        # The attempt stops folding at an in-stream error event (sidecar/apis/openai/attempt.py).
         if model.chunk is not None and model.chunk.get("error") is None:
             agg.add(model.chunk, index_map={0: 1, 1: 0})
             usage = model.chunk.get("usage")
@@ -161,15 +157,14 @@ def check_aggregator(route: Route, chunks: Sequence[Any]) -> bytes:
     return body
 
 
-def check_attempt(route: Route, chunks: Sequence[bytes], *, number: int = 0,
+def check_attempt(route: Kind, chunks: Sequence[bytes], *, number: int = 0,
                   aggregate: bool = False) -> bytes:
     """One watched attempt over arbitrary upstream bytes raises only
     ``UpstreamProtocolError``; what it returns for the client is bytes."""
     head = Head("chatcmpl-x", 1, "m", route) if number else None
-    attempt = Attempt(route=route, number=number, detectors=_DETECTORS, started_at=0.0,
-                      head=head, index_map={0: 1} if number else None,
-                      aggregator=Aggregator(route) if aggregate else None,
-                      earlier=Totals(3, 4, 2, 1))
+    attempt = chunk_attempt(route, number=number, detectors=_DETECTORS, head=head,
+                            index_map={0: 1} if number else None, aggregate=aggregate,
+                            earlier=Totals(3, 4, 2, 1))
     out = b""
     now = 0.0
     try:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import orjson
 
-from sidecar.aggregate import Aggregator
+from sidecar.apis.openai.fold import Aggregator
 from sidecar.codecs.sse import SSEDecoder
 
 CAPTURES = Path(__file__).parent.parent / "data" / "captures" / "vllm-0.32.0"

@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from sidecar.apis.openai.chat import CHAT
 from sidecar.config import PolicyRule
 from sidecar.policy.adaptive import AdaptiveBudgets
 from sidecar.policy.rules import Policy, RequestView, header_thinking, rules_of
@@ -41,7 +42,7 @@ PRESETS = Policy(rules_of((), ("coding-no-think", "math-think")))
 def test_presets(text: str, tools: bool, rule: str | None, thinking: str | None) -> None:
     """coding-no-think catches code blocks, stack traces and tools; math-think equations."""
     v, body = view(text, tools=tools)
-    decision = PRESETS.decide(v, body, None)
+    decision = PRESETS.decide(v, CHAT.client_thinking(body), None)
     assert (decision.rule, decision.thinking) == (rule, thinking)
 
 
@@ -56,29 +57,29 @@ def test_rule_conditions_and_order() -> None:
     )
     policy = Policy(rules_of(rules, ("math-think",)))
     v, body = view(MATH, max_tokens=32000)
-    assert policy.decide(v, body, None).thinking_token_budget == 8000
+    assert policy.decide(v, CHAT.client_thinking(body), None).thinking_token_budget == 8000
     v, body = view(MATH, model="llama", max_tokens=32000)
-    assert policy.decide(v, body, None).rule == "math-think"
+    assert policy.decide(v, CHAT.client_thinking(body), None).rule == "math-think"
     v, body = view("x", headers={"x-client": "bench-7"})
-    decision = policy.decide(v, body, None)
+    decision = policy.decide(v, CHAT.client_thinking(body), None)
     assert (decision.rule, decision.mode) == ("harness", "shadow")
     v, body = view("Hi there", system="Be terse.")
-    assert policy.decide(v, body, None).rule == "sys"
+    assert policy.decide(v, CHAT.client_thinking(body), None).rule == "sys"
     v, body = view("Hello", system="Be terse.")
-    assert policy.decide(v, body, None).rule is None
+    assert policy.decide(v, CHAT.client_thinking(body), None).rule is None
 
 
 def test_precedence_client_over_header_over_rule() -> None:
     """What the client set wins, then X-Thinking, then the rule, then the default."""
     v, body = view(CODE)
-    assert PRESETS.decide(v, body, None).source == "rule"
-    decision = PRESETS.decide(v, body, "on")
+    assert PRESETS.decide(v, CHAT.client_thinking(body), None).source == "rule"
+    decision = PRESETS.decide(v, CHAT.client_thinking(body), "on")
     assert (decision.source, decision.thinking) == ("header", "on")
     body["chat_template_kwargs"] = {"enable_thinking": True}
-    decision = PRESETS.decide(v, body, "off")
+    decision = PRESETS.decide(v, CHAT.client_thinking(body), "off")
     assert (decision.source, decision.thinking) == ("client", "on")
     v, body = view("plain question")
-    assert PRESETS.decide(v, body, "auto").source == "default"
+    assert PRESETS.decide(v, CHAT.client_thinking(body), "auto").source == "default"
 
 
 def test_header_parsing() -> None:

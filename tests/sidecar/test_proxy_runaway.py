@@ -279,7 +279,10 @@ async def test_tool_request_reissued_with_tools(make_stack: StackFactory) -> Non
 
 
 async def test_upstream_failing_during_reissue(make_stack: StackFactory) -> None:
-    """If the reissue fails upstream the stream ends with an error event and [DONE]."""
+    """If the upstream refuses the reissue (404 for an unknown fallback model), the stream
+    ends with an error event and [DONE], the reissue counts as ``rejected`` (what the
+    ReissuesFailing alert's runbook reads as a thinking-off rule that does not fit) and the
+    request as ``upstream_error``: the client got an error, not an answer."""
     from sidecar.config import ReissueConfig
 
     stack = await make_stack(reissue=ReissueConfig(ladder=("fallback:no-such-model",)))
@@ -290,7 +293,11 @@ async def test_upstream_failing_during_reissue(make_stack: StackFactory) -> None
     assert len(errors) == 1
     assert data.endswith(b"data: [DONE]\n\n")
     assert stack.metric("runaway_sidecar_reissues_total", model="sim-loop",
-                        step="fallback_model", outcome="upstream_error") == 1
+                        step="fallback_model", outcome="rejected") == 1
+    assert stack.metric("runaway_sidecar_reissues_total", model="sim-loop",
+                        step="fallback_model", outcome="upstream_error") == 0
+    assert stack.metric("runaway_sidecar_requests_total", route="chat", model="sim-loop",
+                        outcome="upstream_error") == 1
 
 
 async def test_client_disconnect_during_reissue(make_stack: StackFactory) -> None:

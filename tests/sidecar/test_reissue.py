@@ -4,12 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from sidecar.apis.openai.requests import no_think_body, salvage_body
 from sidecar.config import DEFAULT_THINKING_OFF_RULES
-from sidecar.reissue import (
+from sidecar.core.bodies import (
     deep_merge,
-    no_think_body,
     prompt_fingerprint,
-    salvage_body,
     thinking_disabled,
     thinking_off_patch,
     useful_reasoning,

@@ -1,4 +1,5 @@
-"""The stream model: typed events per choice from real vLLM chunks and inline-tag streams."""
+"""The OpenAI chunk decoder (``sidecar.apis.openai.chunks``): typed events per choice from
+real vLLM chunks and inline-tag streams."""
 
 from __future__ import annotations
 
@@ -9,13 +10,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from sidecar.apis.openai.chunks import StreamModel
 from sidecar.codecs.sse import SSEDecoder
-from sidecar.stream import (
+from sidecar.core.events import (
     Done,
     Finish,
     MalformedChunk,
     StreamError,
-    StreamModel,
     TextDelta,
     ThinkTagSplitter,
     ToolCallDelta,

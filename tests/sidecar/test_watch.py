@@ -1,4 +1,5 @@
-"""The per-choice bookkeeping of a watched attempt (``sidecar.watch``)."""
+"""The per-choice bookkeeping of a watched attempt (``sidecar.core.attempt``) and the
+OpenAI chunk attempt (``sidecar.apis.openai.attempt``)."""
 
 from __future__ import annotations
 
@@ -9,9 +10,10 @@ import orjson
 import pytest
 
 from detectors import DetectorConfig, default_chain
+from sidecar.apis.openai.chunks import Kind
+from sidecar.core.attempt import MAX_KEPT_REASONING, ChoiceState
 from sidecar.errors import UpstreamProtocolError
-from sidecar.stream import Route
-from sidecar.watch import MAX_KEPT_REASONING, Attempt, ChoiceState
+from tests.attempts import chunk_attempt
 from tests.conftest import CAPTURES
 
 
@@ -56,9 +58,8 @@ def test_attempt_keeps_reasoning_only_when_asked() -> None:
     and watches the reasoning but keeps none of it; the default keeps it for salvage."""
     pieces = [f" step{i}" for i in range(300)]
     stream = _reasoning_stream(pieces)
-    kept = Attempt(route="chat", number=0, detectors=DetectorConfig(), started_at=0.0)
-    dropped = Attempt(route="chat", number=0, detectors=DetectorConfig(), started_at=0.0,
-                      keep_reasoning=False)
+    kept = chunk_attempt("chat")
+    dropped = chunk_attempt("chat", keep_reasoning=False)
     for attempt in (kept, dropped):
         assert attempt.feed(stream, 1.0) == stream
         assert attempt.choices[0].thinking_tokens == len(pieces)
@@ -73,11 +74,10 @@ def _events(data: bytes) -> list[bytes]:
     return [piece + b"\n\n" for piece in data.split(b"\n\n")[:-1]]
 
 
-def _watched(route: Route, reads: list[bytes], detectors: DetectorConfig,
+def _watched(route: Kind, reads: list[bytes], detectors: DetectorConfig,
              stop: bool) -> tuple[Any, ...]:
     """Everything a caller can see of an attempt fed ``reads`` (all at the same time)."""
-    attempt = Attempt(route=route, number=0, detectors=detectors, started_at=0.0,
-                      stop_on_verdict=stop)
+    attempt = chunk_attempt(route, detectors=detectors, stop_on_verdict=stop)
     out = b""
     for read in reads:
         out += attempt.feed(read, 1.0)
@@ -111,7 +111,7 @@ def test_one_event_per_read_sees_what_one_big_read_sees(name: str, detectors: De
     one read or in uneven pieces, which go through the SSE decoder and the stream model's
     events: the bytes forwarded, the verdict and where it fired, every count and flag."""
     data = (CAPTURES / name).read_bytes()
-    route: Route = "completions" if name.startswith("completions") else "chat"
+    route: Kind = "completions" if name.startswith("completions") else "chat"
     events = _events(data)
     assert b"".join(events) == data
     one_by_one = _watched(route, events, detectors, stop)
@@ -164,7 +164,7 @@ def test_a_payload_of_several_data_lines_teaches_no_template() -> None:
     head = b'data: {"id":"c-1","choices":[{"index":0,\ndata: "delta":{"reasoning":'
     reads = [head + b'"w%d"' % i + _TAIL for i in range(4)]
     reads.append(reads[0].replace(b"\ndata: ", b"\n"))
-    attempt = Attempt(route="chat", number=0, detectors=DetectorConfig(), started_at=0.0)
+    attempt = chunk_attempt("chat")
     for read in reads[:4]:
         assert attempt.feed(read, 1.0) == read
     assert attempt.choices[0].thinking_tokens == 4
@@ -172,7 +172,7 @@ def test_a_payload_of_several_data_lines_teaches_no_template() -> None:
         attempt.feed(reads[4], 1.0)
 
 
-def _trace_stream(text: str, route: Route) -> bytes:
+def _trace_stream(text: str, route: Kind) -> bytes:
     """A real trace as a vLLM stream of 4-character deltas: on chat the thinking in
     ``reasoning`` and the answer in ``content``; on completions all of it in ``text``,
     ``<think>`` tags included, as a server without a reasoning parser sends it."""
@@ -196,7 +196,7 @@ def _trace_stream(text: str, route: Route) -> bytes:
 @pytest.mark.parametrize("route", ["chat", "completions"])
 @pytest.mark.parametrize("stop", [True, False])
 def test_one_event_per_read_judges_real_traces_as_one_big_read(label: str, line: int,
-                                                               route: Route, stop: bool) -> None:
+                                                               route: Kind, stop: bool) -> None:
     """The same for real traces, where the text detectors fire (a QwQ loop, caught about
     10,000 characters in) or stay quiet to the answer (a healthy trace): the same verdict
     at the same token and character."""
@@ -212,8 +212,7 @@ def test_a_stopped_attempt_forwards_nothing_more() -> None:
     """Once a verdict stops the attempt, whatever still arrives is dropped, on the short
     path for a whole event of a learned shape as on the general one."""
     events = _events((CAPTURES / "chat_thinking_loop_usage.sse").read_bytes())
-    attempt = Attempt(route="chat", number=0, detectors=DetectorConfig(thinking_token_budget=5),
-                      started_at=0.0)
+    attempt = chunk_attempt("chat", detectors=DetectorConfig(thinking_token_budget=5))
     fed = 0
     while not attempt.stopped:
         assert attempt.feed(events[fed], 1.0)

@@ -1,12 +1,9 @@
-"""Request-body rewriting for watched requests and their reissues (pure).
+"""Request-body helpers every wire API uses (pure).
 
-Every function returns a new dict and leaves its input alone. A reissue changes only
-the documented fields: the thinking switch of the model family (``reissue.rules``),
-``n`` (to the number of choices still open), ``stream``/``stream_options`` (so the
-sidecar can watch a non-streaming request and count a reissue's tokens exactly), and
-for the steps that need it ``model`` (fallback) or ``messages``,
-``continue_final_message`` and ``add_generation_prompt`` (salvage). Tools,
-``response_format``, sampling parameters and ``logprobs`` are kept.
+Every function returns a new value and leaves its input alone. The API modules build
+their own request bodies (what a first attempt or a reissue sends) from these: merging a
+thinking-off patch, telling whether the client turned thinking off, the prompt's
+fingerprint for the runaway memory, and the useful part of a cut reasoning.
 """
 
 from __future__ import annotations
@@ -42,6 +39,12 @@ def thinking_off_patch(model: str, rules: Sequence[ThinkingOffRule]) -> Mapping[
     return {"reasoning_effort": "none"}
 
 
+def with_thinking_off(body: Mapping[str, Any], rules: Sequence[ThinkingOffRule]) -> dict[str, Any]:
+    """``body`` with the thinking-off patch of its own ``model`` merged in."""
+    target = body.get("model")
+    return deep_merge(body, thinking_off_patch(target if isinstance(target, str) else "", rules))
+
+
 def thinking_disabled(body: Mapping[str, Any]) -> bool:
     """Whether the client already asked for no thinking, by any of the known switches."""
     kwargs = body.get("chat_template_kwargs")
@@ -50,59 +53,6 @@ def thinking_disabled(body: Mapping[str, Any]) -> bool:
     ):
         return True
     return body.get("reasoning_effort") == "none" or body.get("think") is False
-
-
-def watched_body(body: Mapping[str, Any], *, client_stream: bool) -> dict[str, Any]:
-    """The body sent upstream for a watched request: a non-streaming request becomes a
-    stream with usage, so it can be watched and reassembled."""
-    if client_stream:
-        return dict(body)
-    out = dict(body)
-    out["stream"] = True
-    out["stream_options"] = {"include_usage": True}
-    return out
-
-
-def _counted(out: dict[str, Any]) -> dict[str, Any]:
-    """A reissue streams with cumulative usage on every chunk, so the sidecar knows its
-    prompt size and exact token count even when it is cut in turn (the client's own usage
-    wishes are honoured when the chunks are rewritten)."""
-    out["stream"] = True
-    out["stream_options"] = {"include_usage": True, "continuous_usage_stats": True}
-    return out
-
-
-def no_think_body(
-    body: Mapping[str, Any], rules: Sequence[ThinkingOffRule], *, client_stream: bool,
-    open_choices: int, model: str | None = None,
-) -> dict[str, Any]:
-    """The ``no-think`` (and, with ``model``, ``fallback:MODEL``) reissue."""
-    out = watched_body(body, client_stream=client_stream)
-    if model is not None:
-        out["model"] = model
-    target = out.get("model")
-    out = deep_merge(out, thinking_off_patch(target if isinstance(target, str) else "", rules))
-    if "n" in out or open_choices != 1:
-        out["n"] = open_choices
-    return _counted(out)
-
-
-def salvage_body(
-    body: Mapping[str, Any], reasoning: str, *, client_stream: bool,
-) -> dict[str, Any] | None:
-    """Continue a chat request from the useful part of its own reasoning, closed with
-    ``</think>``, so the model answers from it. None for requests that cannot be
-    continued (completions route, ``n>1``, no message list)."""
-    messages = body.get("messages")
-    n = body.get("n", 1)
-    if not isinstance(messages, list) or (isinstance(n, int) and n > 1):
-        return None
-    out = watched_body(body, client_stream=client_stream)
-    prefix = f"<think>\n{reasoning.strip()}\n</think>\n\n"
-    out["messages"] = [*messages, {"role": "assistant", "content": prefix}]
-    out["continue_final_message"] = True
-    out["add_generation_prompt"] = False
-    return _counted(out)
 
 
 def useful_reasoning(reasoning: str, excerpt: str, max_chars: int = 8000) -> str:

@@ -1,21 +1,28 @@
-"""Bytes the sidecar writes itself into a client stream when it splices (pure).
+"""What the sidecar writes itself into an OpenAI chat-completions or completions response
+when it splices (pure): the splicer of one exchange, and the chunks it is made of.
 
 After a cut, the client keeps the ``id``, ``created`` and ``model`` of the first attempt
 (its ``Head``). Reissued chunks are rewritten to carry them and their choice indices are
 mapped back onto the choices that were still open; the synthetic chunks below (a
 ``</think>`` close for inline-tag streams, a ``length`` finish, the summed usage) use the
-same vLLM 0.32 field layout as real chunks.
+same vLLM 0.32 field layout as real chunks. A cut is recorded by one SSE comment, which
+clients ignore.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import orjson
 
 from detectors import Verdict
-from sidecar.stream import Route
+from sidecar.apis.base import Splicer
+from sidecar.apis.openai.chunks import Kind
+from sidecar.apis.openai.fold import Aggregator
+from sidecar.core.attempt import Totals
+from sidecar.errors import UpstreamError, upstream_error_body
 
 DONE_EVENT = b"data: [DONE]\n\n"
 
@@ -27,11 +34,11 @@ class Head:
     id: Any
     created: Any
     model: Any
-    route: Route
+    kind: Kind
 
     @property
     def object(self) -> str:
-        return "chat.completion.chunk" if self.route == "chat" else "text_completion"
+        return "chat.completion.chunk" if self.kind == "chat" else "text_completion"
 
 
 def event(obj: dict[str, Any]) -> bytes:
@@ -56,7 +63,7 @@ def _chunk(head: Head, choices: list[dict[str, Any]]) -> dict[str, Any]:
 
 def content_chunk(head: Head, index: int, text: str) -> bytes:
     """A chunk that adds ``text`` to choice ``index``'s answer."""
-    if head.route == "chat":
+    if head.kind == "chat":
         choice = {"index": index, "delta": {"content": text}, "logprobs": None,
                   "finish_reason": None, "token_ids": None}
     else:
@@ -67,7 +74,7 @@ def content_chunk(head: Head, index: int, text: str) -> bytes:
 
 def finish_chunk(head: Head, index: int, reason: str) -> bytes:
     """A chunk that ends choice ``index`` with ``reason``."""
-    if head.route == "chat":
+    if head.kind == "chat":
         choice = {"index": index, "delta": {}, "logprobs": None, "finish_reason": reason,
                   "stop_reason": None, "token_ids": None}
     else:
@@ -92,7 +99,8 @@ def is_role_only(choice: dict[str, Any]) -> bool:
 
 
 def rewrite(
-    head: Head, obj: dict[str, Any], index_map: dict[int, int], *, reasoning_to_content: bool,
+    head: Head, obj: dict[str, Any], index_map: Mapping[int, int], *,
+    reasoning_to_content: bool,
 ) -> dict[str, Any] | None:
     """A reissued chunk as the client must see it, or None to drop it (role-only chunks).
 
@@ -140,3 +148,60 @@ def strip_reasoning(obj: dict[str, Any]) -> dict[str, Any] | None:
         return None
     obj["choices"] = kept
     return obj
+
+
+class ChunkSplicer(Splicer):
+    """The splicer of one chat-completions or completions exchange.
+
+    ``head`` is the first attempt's identity, set by that attempt when its first chunk
+    arrives; a cut before any chunk makes one from the request id. A streaming client
+    sees the marker comment, a ``</think>`` for choices left inside an inline block, and
+    at the end ``length`` finishes, the summed usage and ``[DONE]``; a non-streaming
+    client's :class:`Aggregator` gets the same finishes and usage (no marker and no
+    ``</think>``: its body carries ``X-Runaway-*`` headers instead).
+    """
+
+    def __init__(self, kind: Kind, fold: Aggregator | None, *, request_id: str,
+                 model: str | None) -> None:
+        self.kind = kind
+        self.fold = fold
+        self.head: Head | None = None
+        self._request_id = request_id
+        self._model = model
+
+    def ensure_head(self, wall: float) -> Head:
+        """The head, made from the request when no chunk arrived before the cut."""
+        if self.head is None:
+            prefix = "chatcmpl" if self.kind == "chat" else "cmpl"
+            self.head = Head(f"{prefix}-{self._request_id}", int(wall), self._model, self.kind)
+        return self.head
+
+    def cut(self, verdict: Verdict, action: str, attempt: int, inline_open: Sequence[int],
+            *, wall: float) -> bytes:
+        head = self.ensure_head(wall)
+        if self.fold is not None:
+            return b""
+        parts = [comment(verdict, action, attempt)]
+        parts += [content_chunk(head, i, "</think>") for i in inline_open]
+        return b"".join(parts)
+
+    def end(self, verdict: Verdict, action: str, attempt: int, open_choices: Sequence[int],
+            totals: Totals, *, usage: bool, elapsed: float, wall: float) -> bytes:
+        head = self.ensure_head(wall)
+        fold = self.fold
+        if fold is not None:
+            for index in open_choices:
+                fold.set_choice_text(index, finish_reason="length")
+            fold.set_usage(totals.usage())
+            if not fold.head:
+                fold.head = {"id": head.id, "created": head.created, "model": head.model}
+            return b""
+        parts = [comment(verdict, action, attempt)]
+        parts += [finish_chunk(head, i, "length") for i in open_choices]
+        if usage:
+            parts.append(usage_chunk(head, totals.usage()))
+        parts.append(DONE_EVENT)
+        return b"".join(parts)
+
+    def error(self, err: UpstreamError) -> bytes:
+        return b"data: " + upstream_error_body(err) + b"\n\n" + DONE_EVENT

@@ -1,56 +1,40 @@
-"""One upstream attempt on Ollama's native API, watched (pure).
+"""One upstream attempt of Ollama's native API, watched: NDJSON bytes in, the bytes the
+client sees and a verdict out (pure).
 
-The NDJSON counterpart of :class:`sidecar.watch.Attempt`, with the same surface the
-proxy's attempt loop and reissue ladder use (``feed``/``eof``/``tick``, ``verdict``,
-``stopped``, ``done``, ``choices``, ``totals()`` …), so both APIs share that machinery;
-the bookkeeping behind it is :class:`sidecar.watch.WatchedAttempt`'s.
-There is one choice (index 0). Every attempt returns NDJSON bytes for the client:
+There is one choice (index 0). Every attempt hands its lines to the client:
 
 - the first attempt forwards the upstream's lines unchanged;
 - a reissue's lines carry the client's ``model`` (a fallback model stays invisible), and
   its final ``done: true`` line has the counters of every attempt summed
-  (``sidecar.ollama.summed_final``).
-
-A non-streaming client gets the same bytes; its sink folds them into one object.
+  (``sidecar.apis.ollama.lines.summed_final``);
+- for a non-streaming client the same lines, parsed once, go to its ``Folder``.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from detectors import DetectorConfig
+from sidecar.apis.ollama.fold import Folder
+from sidecar.apis.ollama.lines import Kind, LineModel, line, summed_final
+from sidecar.apis.ollama.splice import LineSplicer
 from sidecar.codecs.ndjson import NDJSONDecoder, NDJSONError
+from sidecar.core.attempt import Attempt, AttemptSpec
+from sidecar.core.events import MalformedChunk
 from sidecar.errors import UpstreamProtocolError
-from sidecar.ollama import ChunkModel, Kind, line, summed_final
-from sidecar.splice import Head
-from sidecar.stream import MalformedChunk
-from sidecar.watch import Totals, WatchedAttempt
 
 
-class OllamaAttempt(WatchedAttempt):
+class LineAttempt(Attempt):
     """State of one native upstream request of a client request."""
 
-    def __init__(
-        self,
-        *,
-        kind: Kind,
-        number: int,
-        detectors: DetectorConfig,
-        started_at: float,
-        exchange_started: float,
-        head: Head | None = None,
-        earlier: Totals | None = None,
-        stop_on_verdict: bool = True,
-    ) -> None:
-        super().__init__(number=number, detectors=detectors, started_at=started_at, head=head,
-                         earlier=earlier if earlier is not None else Totals(),
-                         stop_on_verdict=stop_on_verdict,
-                         keep_reasoning=False)  # the native API has no salvage step
+    def __init__(self, kind: Kind, spec: AttemptSpec, splicer: LineSplicer,
+                 fold: Folder | None) -> None:
+        super().__init__(spec)
         self.kind = kind
-        self._exchange_started = exchange_started
+        self.splicer = splicer
+        self.fold = fold
+        self._exchange_started = spec.exchange_started
         self._decoder = NDJSONDecoder()
-        self._model = ChunkModel(kind)
-        self.last_created_at: Any = None
+        self._model = LineModel(kind)
 
     # -- feeding -------------------------------------------------------------------
 
@@ -91,21 +75,31 @@ class OllamaAttempt(WatchedAttempt):
         obj = self._model.chunk
         assert obj is not None
         self._model.chunk = None  # not kept while the next line is awaited
-        if self.head is None and "model" in obj:
-            self.head = Head(None, None, obj.get("model"), "chat")
-        self.last_created_at = obj.get("created_at", self.last_created_at)
+        splicer = self.splicer
+        if self.number == 0 and not splicer.model_seen and "model" in obj:
+            splicer.see_model(obj.get("model"))
         state = self._state(0)  # the one choice exists from the first line on
         self._apply(events, now)
         if state.finished:  # the done: true line ends the stream
             self.done = True
-        if self.number == 0 or "error" in obj:
+        if self.number > 0 and "error" not in obj:
+            obj = self._rewritten(obj)
+        elif self.fold is None:
             return raw
-        if self.head is not None:
-            obj["model"] = self.head.model
-        if obj.get("done") is True:
-            obj = summed_final(
-                obj, prompt_tokens=self.earlier.prompt_tokens,
-                completion_tokens=self.earlier.completion_tokens,
-                unknown_prompts=self.earlier.unknown_prompts,
-                earlier_seconds=max(0.0, self._started_at - self._exchange_started))
+        if self.fold is not None:
+            self.fold.add(obj)
+            return b""
         return line(obj)
+
+    def _rewritten(self, obj: dict[str, Any]) -> dict[str, Any]:
+        """A reissue's line as the client sees it: the client's model, and on the last
+        line the counters of every attempt."""
+        obj["model"] = self.splicer.client_model
+        if obj.get("done") is True:
+            earlier = self.earlier
+            obj = summed_final(
+                obj, prompt_tokens=earlier.prompt_tokens,
+                completion_tokens=earlier.completion_tokens,
+                unknown_prompts=earlier.unknown_prompts,
+                earlier_seconds=max(0.0, self._started_at - self._exchange_started))
+        return obj

@@ -1,5 +1,5 @@
-"""Ollama's native API (``/api/chat``, ``/api/generate``): chunk model, request bodies
-and the NDJSON bytes the sidecar writes itself when it splices (pure).
+"""Ollama's native API (``/api/chat``, ``/api/generate``): the line model, request bodies
+and the NDJSON lines the sidecar writes itself when it splices (pure).
 
 Wire format (``protocols.md`` section 8, Ollama ``fb307609``): one JSON object per line;
 chat puts text in ``message.content`` and thinking in ``message.thinking``, generate in
@@ -16,6 +16,7 @@ non-streaming response carries the ``X-Runaway-*`` headers.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
@@ -23,8 +24,8 @@ import orjson
 
 from detectors.base import CONTENT, THINKING
 from sidecar.config import ThinkingOffRule
-from sidecar.reissue import deep_merge, thinking_off_patch
-from sidecar.stream import (
+from sidecar.core.bodies import with_thinking_off
+from sidecar.core.events import (
     Finish,
     MalformedChunk,
     StreamError,
@@ -60,11 +61,10 @@ def no_think_body(body: Mapping[str, Any], rules: Sequence[ThinkingOffRule], *,
     out = watched_body(body)
     if model is not None:
         out["model"] = model
-    target = out.get("model")
-    return deep_merge(out, thinking_off_patch(target if isinstance(target, str) else "", rules))
+    return with_thinking_off(out, rules)
 
 
-class ChunkModel:
+class LineModel:
     """Turns the lines of one native stream into ``StreamEvent``s (choice index 0).
 
     ``chunk`` holds the last parsed object. Each line that carries text counts as one
@@ -134,16 +134,16 @@ def line(obj: Mapping[str, Any]) -> bytes:
     return orjson.dumps(obj) + b"\n"
 
 
-def text_line(kind: Kind, model: Any, created_at: Any, text: str) -> bytes:
+def text_line(kind: Kind, model: Any, created_at: Any, text: str) -> dict[str, Any]:
     """A line that adds ``text`` to the answer (e.g. a ``</think>`` closing an inline
-    block before the reissued answer)."""
+    block before the reissued answer), as an object for :func:`line`."""
     obj: dict[str, Any] = {"model": model, "created_at": created_at}
     if kind == "chat":
         obj["message"] = {"role": "assistant", "content": text}
     else:
         obj["response"] = text
     obj["done"] = False
-    return line(obj)
+    return obj
 
 
 def error_line(message: str) -> bytes:
@@ -173,9 +173,10 @@ def summed_final(obj: dict[str, Any], *, prompt_tokens: int, completion_tokens: 
 
 
 def final_line(kind: Kind, model: Any, created_at: Any, *, done_reason: str,
-               prompt_tokens: int, completion_tokens: int, seconds: float) -> bytes:
+               prompt_tokens: int, completion_tokens: int, seconds: float) -> dict[str, Any]:
     """The ``done: true`` line the sidecar writes when the ladder ends a response itself
-    (``done_reason: "length"``), with the counters of every attempt."""
+    (``done_reason: "length"``), with the counters of every attempt, as an object for
+    :func:`line`."""
     obj: dict[str, Any] = {"model": model, "created_at": created_at}
     if kind == "chat":
         obj["message"] = {"role": "assistant", "content": ""}
@@ -185,54 +186,10 @@ def final_line(kind: Kind, model: Any, created_at: Any, *, done_reason: str,
     obj.update(done=True, done_reason=done_reason, total_duration=ns, load_duration=0,
                prompt_eval_count=prompt_tokens, prompt_eval_duration=0,
                eval_count=completion_tokens, eval_duration=ns)
-    return line(obj)
+    return obj
 
 
-class Folder:
-    """Folds the NDJSON lines a streaming client would have seen into the single JSON
-    object of a ``"stream": false`` response (what Ollama itself returns)."""
-
-    def __init__(self, kind: Kind) -> None:
-        self.kind = kind
-        self._content: list[str] = []
-        self._thinking: list[str] = []
-        self._tool_calls: list[Any] = []
-        self._last: dict[str, Any] = {}
-        self.error: str | None = None
-
-    def add(self, obj: Mapping[str, Any]) -> None:
-        """Fold one parsed line in."""
-        if "error" in obj:
-            self.error = str(obj["error"])
-            return
-        source: Mapping[str, Any] = obj
-        if self.kind == "chat":
-            message = obj.get("message")
-            source = message if isinstance(message, dict) else {}
-        text = source.get("content" if self.kind == "chat" else "response")
-        if isinstance(text, str):
-            self._content.append(text)
-        thinking = source.get("thinking")
-        if isinstance(thinking, str):
-            self._thinking.append(thinking)
-        calls = source.get("tool_calls")
-        if isinstance(calls, list):
-            self._tool_calls.extend(calls)
-        self._last = dict(obj)
-
-    def body(self) -> bytes:
-        """The whole response: the last line's fields with the text joined."""
-        out = dict(self._last)
-        thinking = "".join(self._thinking)
-        if self.kind == "chat":
-            message: dict[str, Any] = {"role": "assistant", "content": "".join(self._content)}
-            if thinking:
-                message["thinking"] = thinking
-            if self._tool_calls:
-                message["tool_calls"] = self._tool_calls
-            out["message"] = message
-        else:
-            out["response"] = "".join(self._content)
-            if thinking:
-                out["thinking"] = thinking
-        return orjson.dumps(out)
+def created_at(wall: float) -> str:
+    """The time of day ``wall`` (seconds since the epoch) as Ollama's ``created_at``
+    (RFC 3339 in UTC)."""
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(wall))

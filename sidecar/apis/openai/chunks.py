@@ -1,4 +1,5 @@
-"""The stream model: parsed chunks of an OpenAI-style stream in, typed events out.
+"""The OpenAI chunk decoder: the chunks of a chat-completions or completions stream in,
+format-neutral events (``sidecar.core.events``) out.
 
 Pure and incremental. ``StreamModel.feed(data)`` takes the ``data`` payload of one SSE
 event (bytes), parses it once with orjson and returns the events it carries, per choice
@@ -23,133 +24,27 @@ and then parses only the text string of a payload with the same bytes around it 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, Literal
 
 import orjson
 
 from detectors.base import CONTENT, THINKING, Channel
+from sidecar.core.events import (
+    DONE,
+    Finish,
+    MalformedChunk,
+    StreamError,
+    StreamEvent,
+    TextDelta,
+    ThinkTagSplitter,
+    ToolCallDelta,
+    Usage,
+)
 
-Route = Literal["chat", "completions"]
-
-_OPEN = "<think>"
-_CLOSE = "</think>"
-
-
-class MalformedChunk(ValueError):
-    """An SSE data payload that is not a JSON object of the expected shape."""
-
-
-@dataclass(slots=True)
-class TextDelta:
-    """Text generated for choice ``index`` on ``channel``, worth ``tokens`` tokens.
-
-    Read-only by contract but not ``frozen``, like ``SSEEvent``: one is made per token."""
-
-    index: int
-    channel: Channel
-    text: str
-    tokens: int
-
-
-@dataclass(frozen=True, slots=True)
-class ToolCallDelta:
-    """A ``delta.tool_calls`` fragment for choice ``index`` (kept as the server sent it)."""
-
-    index: int
-    tool_calls: list[Any]
-
-
-@dataclass(frozen=True, slots=True)
-class Finish:
-    """Choice ``index`` finished with ``reason`` (``stop``, ``length``, ``tool_calls``...)."""
-
-    index: int
-    reason: str
-
-
-@dataclass(frozen=True, slots=True)
-class Usage:
-    """A ``usage`` object; ``final`` when it came on a ``choices: []`` chunk."""
-
-    prompt_tokens: int
-    completion_tokens: int
-    reasoning_tokens: int | None
-    final: bool
-
-
-@dataclass(frozen=True, slots=True)
-class StreamError:
-    """An in-stream ``{"error": {...}}`` event; the stream is over after it."""
-
-    message: str
-    code: int | None
-
-
-@dataclass(frozen=True, slots=True)
-class Done:
-    """The ``[DONE]`` sentinel."""
-
-
-StreamEvent = TextDelta | ToolCallDelta | Finish | Usage | StreamError | Done
-
-DONE = Done()
-
-
-class ThinkTagSplitter:
-    """Splits text with inline ``<think>``/``</think>`` tags into (channel, text) pieces.
-
-    A tag split across deltas is held back until it is complete; the tags themselves are
-    dropped. ``</think>`` without a preceding ``<think>`` also switches to content.
-    """
-
-    __slots__ = ("_pending", "in_think")
-
-    def __init__(self, *, in_think: bool = False) -> None:
-        self.in_think = in_think
-        self._pending = ""
-
-    def split(self, text: str) -> list[tuple[Channel, str]]:
-        """Return the pieces of ``text`` whose channel is known so far."""
-        if self._pending:
-            text = self._pending + text
-            self._pending = ""
-        elif "<" not in text:
-            return [(THINKING if self.in_think else CONTENT, text)] if text else []
-        out: list[tuple[Channel, str]] = []
-        pos = 0
-        while True:
-            lt = text.find("<", pos)
-            if lt < 0:
-                self._emit(out, text[pos:])
-                return out
-            rest = text[lt:]
-            for tag, inside in ((_OPEN, True), (_CLOSE, False)):
-                if rest.startswith(tag):
-                    self._emit(out, text[pos:lt])
-                    self.in_think = inside
-                    pos = lt + len(tag)
-                    break
-            else:
-                if _OPEN.startswith(rest) or _CLOSE.startswith(rest):
-                    self._emit(out, text[pos:lt])
-                    self._pending = rest
-                    return out
-                self._emit(out, text[pos : lt + 1])
-                pos = lt + 1
-
-    def flush(self) -> list[tuple[Channel, str]]:
-        """End of stream: a held-back partial tag was text after all."""
-        rest, self._pending = self._pending, ""
-        return [(THINKING if self.in_think else CONTENT, rest)] if rest else []
-
-    def _emit(self, out: list[tuple[Channel, str]], text: str) -> None:
-        if text:
-            channel: Channel = THINKING if self.in_think else CONTENT
-            if out and out[-1][0] == channel:
-                out[-1] = (channel, out[-1][1] + text)
-            else:
-                out.append((channel, text))
+Kind = Literal["chat", "completions"]
+"""Which of the two OpenAI APIs a stream belongs to: text in ``delta.content`` and
+reasoning in ``delta.reasoning``/``delta.reasoning_content`` (chat), or in ``text``
+(completions)."""
 
 
 class _Choice:
@@ -225,11 +120,11 @@ class StreamModel:
     """
 
     __slots__ = ("_choices", "_dropped_hits", "_fruitless", "_in_think", "_last_completion",
-                 "_templates", "_usage_seen", "chunk", "route")
+                 "_templates", "_usage_seen", "chunk", "kind")
 
-    def __init__(self, route: Route, *, starts_in_thinking: bool = False,
+    def __init__(self, kind: Kind, *, starts_in_thinking: bool = False,
                  templates: bool = False) -> None:
-        self.route = route
+        self.kind = kind
         self.chunk: dict[str, Any] | None = None
         self._choices: dict[int, _Choice] = {}
         self._in_think = starts_in_thinking
@@ -352,7 +247,7 @@ class StreamModel:
         """Keep ``data``'s shape as a template when its one choice carries one non-empty
         text value and nothing else this model reads (no usage, tool calls or finish),
         and the rest of it is at most ``_MAX_TEMPLATE_BYTES``."""
-        if self.route == "chat":
+        if self.kind == "chat":
             holder = choice.get("delta")
             if not isinstance(holder, dict) or len(holder) != 1:
                 return
@@ -360,7 +255,7 @@ class StreamModel:
             holder = choice
         key = next((k for k in _TEMPLATE_KEYS if k in holder), None)
         text = holder.get(key) if key is not None else None
-        if (key is None or (key == "text") != (self.route != "chat")
+        if (key is None or (key == "text") != (self.kind != "chat")
                 or not isinstance(text, str) or not text
                 or choice.get("finish_reason") is not None):
             return
@@ -378,7 +273,7 @@ class StreamModel:
         try:  # the proof: another text in that place changes that value and nothing else
             probe = orjson.loads(prefix + b'"' + probe_text.encode() + b'"' + suffix)
             probe_choice = probe["choices"][0]
-            probe_holder = probe_choice["delta"] if self.route == "chat" else probe_choice
+            probe_holder = probe_choice["delta"] if self.kind == "chat" else probe_choice
             if probe_holder[key] != probe_text:
                 return
             probe_holder[key] = text
@@ -424,7 +319,7 @@ class StreamModel:
         state = self._choices.get(index)
         if state is None:
             state = self._choices[index] = _Choice(self._in_think)
-        if self.route == "chat":
+        if self.kind == "chat":
             delta = choice.get("delta")
             if isinstance(delta, dict):
                 reasoning = delta.get("reasoning")

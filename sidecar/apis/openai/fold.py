@@ -1,4 +1,5 @@
-"""Rebuild the non-streaming JSON body vLLM would have returned, from its stream (pure).
+"""The non-streaming body of OpenAI chat completions and completions, rebuilt from the
+stream a streaming client would have seen (pure).
 
 Field order and defaults follow vLLM 0.32's pydantic models (``ChatCompletionResponse``,
 ``CompletionResponse``, ``UsageInfo``), checked against the captured bodies.
@@ -12,11 +13,13 @@ The sidecar sends non-streaming watched requests upstream as streams (with
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import orjson
 
-from sidecar.stream import Route
+from sidecar.apis.base import Body, Fold
+from sidecar.apis.openai.chunks import Kind
 
 
 class _ChoiceAcc:
@@ -44,11 +47,11 @@ class _ChoiceAcc:
         self.token_ids: list[int] | None = None
 
 
-class Aggregator:
+class Aggregator(Fold):
     """Accumulates the chunks of one (possibly spliced) response."""
 
-    def __init__(self, route: Route, *, hide_reasoning: bool = False) -> None:
-        self.route = route
+    def __init__(self, kind: Kind, *, hide_reasoning: bool = False) -> None:
+        self.kind = kind
         self.hide_reasoning = hide_reasoning
         self.head: dict[str, Any] = {}
         self.choices: dict[int, _ChoiceAcc] = {}
@@ -57,7 +60,7 @@ class Aggregator:
         self.prompt_token_ids: Any = None
         self.kv_transfer_params: Any = None
 
-    def add(self, chunk: dict[str, Any], *, index_map: dict[int, int] | None = None) -> None:
+    def add(self, chunk: dict[str, Any], *, index_map: Mapping[int, int] | None = None) -> None:
         """Fold one stream chunk in; ``index_map`` renumbers the choices of a reissue."""
         if not self.head:
             self.head = {k: chunk.get(k) for k in ("id", "created", "model")}
@@ -77,7 +80,7 @@ class Aggregator:
             self._add_choice(acc, choice)
 
     def _add_choice(self, acc: _ChoiceAcc, choice: dict[str, Any]) -> None:
-        if self.route == "chat":
+        if self.kind == "chat":
             delta = choice.get("delta")
             if not isinstance(delta, dict):  # the stream model lets odd deltas through
                 delta = {}
@@ -121,6 +124,10 @@ class Aggregator:
             acc.finish_reason = finish_reason
             acc.stop_reason = None
 
+    def response(self) -> Body:
+        """A 200 with :meth:`body`."""
+        return Body(200, self.body())
+
     def body(self) -> bytes:
         """The response body, serialized like vLLM 0.32."""
         choices = [self._choice_body(i, self.choices[i]) for i in sorted(self.choices)]
@@ -134,7 +141,7 @@ class Aggregator:
             "completion_tokens_details": usage.pop("completion_tokens_details", None),
         }
         ordered_usage.update(usage)
-        if self.route == "chat":
+        if self.kind == "chat":
             out: dict[str, Any] = {
                 "id": self.head.get("id"), "object": "chat.completion",
                 "created": self.head.get("created"), "model": self.head.get("model"),
@@ -157,7 +164,7 @@ class Aggregator:
 
     def _choice_body(self, index: int, acc: _ChoiceAcc) -> dict[str, Any]:
         content = "".join(acc.content)
-        if self.route == "chat":
+        if self.kind == "chat":
             message: dict[str, Any] = {
                 "role": acc.role, "content": content or None, "refusal": None,
                 "annotations": None, "audio": None, "function_call": None,

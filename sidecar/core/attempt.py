@@ -1,0 +1,263 @@
+"""The bookkeeping of one watched upstream attempt, the same for every wire API (pure).
+
+An attempt is one upstream request of a client request: the first, or a reissue. Each
+wire API subclasses :class:`Attempt` with its decoder: bytes in, the bytes the client
+should see now out (``feed``/``eof``), while the events it decodes pass through
+``_apply``. What is kept here is format-neutral: one :class:`ChoiceState` and detector
+chain per upstream choice, the first verdict, token counts, usage, errors and the end
+of the stream.
+
+When a detector fires and ``stop_on_verdict`` is set, the attempt stops at that event:
+later events of the same read are dropped and ``verdict`` is set. The I/O layer then
+leaves the upstream response, which closes the connection and makes vLLM abort the
+request.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from detectors import Chain, DetectorConfig, Verdict, default_chain
+from detectors.base import THINKING, Channel
+from sidecar.core.events import Done, Finish, StreamError, TextDelta, ToolCallDelta, Usage
+
+MAX_KEPT_REASONING = 32 * 1024  # characters of reasoning kept per choice for salvage
+_KEEP_JOIN = 64  # kept reasoning deltas are joined into one string this often
+
+
+@dataclass(slots=True)
+class ChoiceState:
+    """What the sidecar knows about one choice of one attempt."""
+
+    chain: Chain
+    finished: bool = False
+    thinking_tokens: int = 0
+    content_tokens: int = 0
+    reasoning: list[str] = field(default_factory=list)
+    reasoning_chars: int = 0
+
+    def keep_reasoning(self, text: str) -> None:
+        """Keep a thinking delta for salvage, up to ``MAX_KEPT_REASONING`` characters.
+
+        Deltas are joined every ``_KEEP_JOIN`` pieces: a string per token would cost an
+        object per token for a few characters of text."""
+        if self.reasoning_chars < MAX_KEPT_REASONING:
+            kept = self.reasoning
+            kept.append(text)
+            self.reasoning_chars += len(text)
+            if len(kept) >= _KEEP_JOIN:
+                self.reasoning = ["".join(kept)]
+
+    def reasoning_text(self) -> str:
+        """The reasoning kept so far."""
+        return "".join(self.reasoning)
+
+
+@dataclass(frozen=True, slots=True)
+class Totals:
+    """Token counts of earlier attempts, added to the usage the client finally sees."""
+
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    reasoning_tokens: int = 0
+    #: Earlier attempts cut before their usage arrived; each is billed the prompt size
+    #: of an attempt that reported usage (the same prompt, sent again).
+    unknown_prompts: int = 0
+    #: The prompt size the last attempt that reported usage had (0 while none did).
+    last_prompt: int = 0
+
+    def usage(self) -> dict[str, Any]:
+        """The usage object for a response that ends without upstream usage (every
+        attempt cut): all tokens generated, the prompt billed once per attempt."""
+        prompt = self.prompt_tokens + self.unknown_prompts * self.last_prompt
+        return {"prompt_tokens": prompt, "total_tokens": prompt + self.completion_tokens,
+                "completion_tokens": self.completion_tokens,
+                "completion_tokens_details": {"reasoning_tokens": self.reasoning_tokens}}
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptSpec:
+    """What one upstream attempt is asked to do, whatever its wire API."""
+
+    #: 0 for the first attempt, then 1, 2, ... for the reissues.
+    number: int
+    #: The detector settings of this request (budgets resolved).
+    detectors: DetectorConfig
+    #: When the attempt started, and when its exchange did (loop time, seconds).
+    started_at: float
+    exchange_started: float
+    #: The tokens of the attempts before this one.
+    earlier: Totals = Totals()
+    #: The ladder step that made this attempt: ``original``, ``no-think``, ``salvage``
+    #: or ``fallback:MODEL``.
+    step: str = "original"
+    #: Upstream choice index -> client choice index (a reissue asks only for the choices
+    #: still open); empty: the same index.
+    index_map: Mapping[int, int] = field(default_factory=dict)
+    #: Stop at the first verdict (``enforce`` and ``cut``; ``shadow`` only records it).
+    stop_on_verdict: bool = True
+    #: Keep each choice's reasoning (bounded) for a salvage step.
+    keep_reasoning: bool = False
+
+
+class Attempt(abc.ABC):
+    """What every watched upstream attempt keeps, whatever its wire format: one
+    :class:`ChoiceState` and detector chain per upstream choice, the first verdict,
+    token counts, usage, errors and the end of the stream. Subclasses decode their bytes
+    into stream events and pass each read's events to ``_apply``."""
+
+    def __init__(self, spec: AttemptSpec) -> None:
+        self.number = spec.number
+        # Without salvage in the ladder nothing reads the kept reasoning, and a long
+        # stream saves up to 32K characters per choice.
+        self.keeps_reasoning = spec.keep_reasoning
+        self.index_map = spec.index_map
+        self.earlier = spec.earlier
+        self.stop_on_verdict = spec.stop_on_verdict
+        self._detectors = spec.detectors
+        self._started_at = spec.started_at
+        self.choices: dict[int, ChoiceState] = {}
+        self.verdict: Verdict | None = None
+        self.verdict_index: int | None = None
+        self.done = False
+        self.error: StreamError | None = None
+        self.usage: Usage | None = None
+        self.counted_tokens = 0
+        self.first_content_at: float | None = None
+
+    # -- the wire API's part ---------------------------------------------------------
+
+    @abc.abstractmethod
+    def feed(self, chunk: bytes, now: float) -> bytes:
+        """Process upstream bytes; return what to send to a streaming client now. Raises
+        ``UpstreamProtocolError`` for bytes that are not this API's stream."""
+
+    @abc.abstractmethod
+    def eof(self, now: float) -> bytes:
+        """The upstream closed the body: process what the decoder still held and return
+        the bytes for the client."""
+
+    @abc.abstractmethod
+    def inline_open(self, client_index: int) -> bool:
+        """Whether the choice's answer is inside an inline ``<think>`` left open."""
+
+    # -- the common part -------------------------------------------------------------
+
+    def tick(self, now: float) -> Verdict | None:
+        """No bytes arrived for a while: let clock-driven detectors (stall, wall budget) look."""
+        self._tick(now)
+        return self.verdict
+
+    @property
+    def stopped(self) -> bool:
+        """True once a verdict should stop this attempt."""
+        return self.verdict is not None and self.stop_on_verdict
+
+    @property
+    def open_choices(self) -> list[int]:
+        """Client-side indices of choices that have not finished, in order."""
+        return sorted(self._client_index(i) for i, c in self.choices.items() if not c.finished)
+
+    @property
+    def finished_choices(self) -> frozenset[int]:
+        """Client-side indices of the choices this attempt finished."""
+        return frozenset(self._client_index(i) for i, c in self.choices.items() if c.finished)
+
+    @property
+    def thinking_tokens(self) -> int:
+        """Reasoning tokens of every choice of this attempt."""
+        return sum(c.thinking_tokens for c in self.choices.values())
+
+    @property
+    def content_tokens(self) -> int:
+        """Answer tokens of every choice of this attempt."""
+        return sum(c.content_tokens for c in self.choices.values())
+
+    @property
+    def truncated(self) -> bool:
+        """The stream ended without its end marker while a choice was still open."""
+        return not self.done and (not self.choices or bool(self.open_choices))
+
+    def reasoning_of(self, index: int) -> str:
+        """The (bounded) reasoning text seen for upstream choice ``index`` ("" when the
+        attempt keeps no reasoning)."""
+        state = self.choices.get(index)
+        return state.reasoning_text() if state else ""
+
+    def totals(self) -> Totals:
+        """This attempt's tokens plus the earlier ones', for the next attempt."""
+        usage = self.usage
+        completion = max(usage.completion_tokens if usage else 0, self.counted_tokens)
+        reasoning = sum(c.thinking_tokens for c in self.choices.values())
+        return Totals(
+            self.earlier.prompt_tokens + (usage.prompt_tokens if usage else 0),
+            self.earlier.completion_tokens + completion,
+            self.earlier.reasoning_tokens + reasoning,
+            self.earlier.unknown_prompts + (0 if usage else 1),
+            usage.prompt_tokens if usage else self.earlier.last_prompt,
+        )
+
+    # -- internals -----------------------------------------------------------------
+
+    def _client_index(self, index: int) -> int:
+        return self.index_map.get(index, index)
+
+    def _state(self, index: int) -> ChoiceState:
+        state = self.choices.get(index)
+        if state is None:
+            chain = default_chain(self._detectors, started_at=self._started_at)
+            state = self.choices[index] = ChoiceState(chain)
+        return state
+
+    def _tick(self, now: float) -> None:
+        if self.verdict is not None:
+            return
+        for index, state in self.choices.items():
+            if not state.finished:
+                verdict = state.chain.tick(now)
+                if verdict is not None:
+                    self.verdict, self.verdict_index = verdict, index
+                    return
+
+    def _text(self, index: int, channel: Channel, text: str, tokens: int, now: float) -> None:
+        """Count one text delta of choice ``index`` and feed it to that choice's chain
+        (the first verdict stays: later deltas are counted, not judged)."""
+        state = self.choices.get(index)
+        if state is None:
+            state = self._state(index)
+        self.counted_tokens += tokens
+        if channel == THINKING:
+            state.thinking_tokens += tokens
+            if self.keeps_reasoning:
+                state.keep_reasoning(text)
+        else:
+            state.content_tokens += tokens
+            if self.first_content_at is None:
+                self.first_content_at = now
+        if self.verdict is None:
+            verdict = state.chain.feed(channel, text, tokens, now)
+            if verdict is not None:
+                self.verdict, self.verdict_index = verdict, index
+
+    def _apply(self, parsed: list[Any], now: float) -> None:
+        """Update state from one read's events (runs once per upstream event)."""
+        for item in parsed:
+            kind = type(item)  # the event types are final: an identity test is enough
+            if kind is TextDelta:
+                self._text(item.index, item.channel, item.text, item.tokens, now)
+            elif kind is Finish:
+                self._state(item.index).finished = True
+            elif kind is Usage:
+                # Kept whether or not the client asked: a server started with
+                # --enable-force-include-usage sends it anyway, and so must we.
+                self.usage = item
+            elif kind is Done:
+                self.done = True
+            elif kind is StreamError:
+                self.error = item
+                self.done = True
+            elif kind is ToolCallDelta:
+                self._state(item.index)

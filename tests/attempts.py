@@ -1,0 +1,48 @@
+"""Watched attempts built for tests the way the proxy builds them: through the wire API's
+facts, fold, splicer and attempt (``sidecar.apis``), with test-friendly defaults."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from detectors import DetectorConfig
+from sidecar.apis.base import RequestFacts
+from sidecar.apis.openai.attempt import ChunkAttempt
+from sidecar.apis.openai.chat import CHAT
+from sidecar.apis.openai.chunk_api import ChunkApi
+from sidecar.apis.openai.chunks import Kind
+from sidecar.apis.openai.completions import COMPLETIONS
+from sidecar.apis.openai.splice import ChunkSplicer, Head
+from sidecar.core.attempt import AttemptSpec, Totals
+
+
+def chunk_api(kind: Kind) -> ChunkApi:
+    """The OpenAI API of chunk kind ``kind``."""
+    return CHAT if kind == "chat" else COMPLETIONS
+
+
+def chunk_attempt(
+    kind: Kind = "chat", *, number: int = 0, detectors: DetectorConfig | None = None,
+    started_at: float = 0.0, head: Head | None = None,
+    index_map: Mapping[int, int] | None = None, aggregate: bool = False,
+    earlier: Totals | None = None, stop_on_verdict: bool = True, keep_reasoning: bool = True,
+    hide_reasoning: bool = False, client_usage: bool = False,
+    client_continuous_usage: bool = False, step: str = "original",
+) -> ChunkAttempt:
+    """One chat-completions or completions attempt: to a streaming client, or with
+    ``aggregate`` to a non-streaming one (its aggregator is ``attempt.aggregator``); a
+    reissue (``number`` > 0) rewrites to ``head``."""
+    api = chunk_api(kind)
+    facts = RequestFacts(fingerprint="", client_stream=not aggregate, usage=client_usage,
+                         continuous_usage=client_continuous_usage,
+                         hide_reasoning=hide_reasoning)
+    fold = api.fold(facts)
+    splicer = api.splicer(facts, fold, request_id="test", model="m")
+    assert isinstance(splicer, ChunkSplicer)
+    splicer.head = head
+    spec = AttemptSpec(number=number, detectors=detectors or DetectorConfig(),
+                       started_at=started_at, exchange_started=started_at,
+                       earlier=earlier or Totals(),
+                       step=step, index_map=index_map or {},
+                       stop_on_verdict=stop_on_verdict, keep_reasoning=keep_reasoning)
+    return ChunkAttempt(kind, spec, facts, splicer, fold)
