@@ -10,19 +10,19 @@ from sidecar.apis.base import RequestFacts
 from sidecar.apis.openai.attempt import ChunkAttempt
 from sidecar.apis.openai.chat import CHAT
 from sidecar.apis.openai.chunk_api import ChunkApi
-from sidecar.apis.openai.chunks import Kind
+from sidecar.apis.openai.chunks import ChunkKind
 from sidecar.apis.openai.completions import COMPLETIONS
 from sidecar.apis.openai.splice import ChunkSplicer, Head
 from sidecar.core.attempt import AttemptSpec, Totals
 
 
-def chunk_api(kind: Kind) -> ChunkApi:
+def chunk_api(kind: ChunkKind) -> ChunkApi:
     """The OpenAI API of chunk kind ``kind``."""
     return CHAT if kind == "chat" else COMPLETIONS
 
 
 def chunk_attempt(
-    kind: Kind = "chat", *, number: int = 0, detectors: DetectorConfig | None = None,
+    kind: ChunkKind = "chat", *, number: int = 0, detectors: DetectorConfig | None = None,
     started_at: float = 0.0, head: Head | None = None,
     index_map: Mapping[int, int] | None = None, aggregate: bool = False,
     earlier: Totals | None = None, stop_on_verdict: bool = True, keep_reasoning: bool = True,

@@ -15,7 +15,7 @@ from typing import Any
 import orjson
 
 from detectors import DetectorConfig
-from sidecar.apis.openai.chunks import Kind, StreamModel
+from sidecar.apis.openai.chunks import ChunkKind, StreamModel
 from sidecar.apis.openai.fold import Aggregator
 from sidecar.apis.openai.requests import no_think_body, salvage_body, watched_body
 from sidecar.apis.openai.splice import Head
@@ -115,7 +115,7 @@ def _stream_outcome(model: StreamModel, data: bytes) -> list[Any] | str:
         return str(exc)
 
 
-def check_stream_model(route: Kind, payloads: Sequence[bytes], thinking: bool = False) -> int:
+def check_stream_model(route: ChunkKind, payloads: Sequence[bytes], thinking: bool = False) -> int:
     """``StreamModel.feed`` raises only ``MalformedChunk`` and ``flush`` nothing, and a
     model with templates gives the same events and errors as one without; returns the
     number of events."""
@@ -135,7 +135,7 @@ def check_stream_model(route: Kind, payloads: Sequence[bytes], thinking: bool = 
     return count
 
 
-def check_aggregator(route: Kind, chunks: Sequence[Any]) -> bytes:
+def check_aggregator(route: ChunkKind, chunks: Sequence[Any]) -> bytes:
     """Every chunk the stream model accepts folds into the aggregator, and ``body()`` is
     a JSON object."""
     model = StreamModel(route)
@@ -157,7 +157,7 @@ def check_aggregator(route: Kind, chunks: Sequence[Any]) -> bytes:
     return body
 
 
-def check_attempt(route: Kind, chunks: Sequence[bytes], *, number: int = 0,
+def check_attempt(route: ChunkKind, chunks: Sequence[bytes], *, number: int = 0,
                   aggregate: bool = False) -> bytes:
     """One watched attempt over arbitrary upstream bytes raises only
     ``UpstreamProtocolError``; what it returns for the client is bytes."""

@@ -10,7 +10,7 @@ import orjson
 import pytest
 
 from detectors import DetectorConfig, default_chain
-from sidecar.apis.openai.chunks import Kind
+from sidecar.apis.openai.chunks import ChunkKind
 from sidecar.core.attempt import MAX_KEPT_REASONING, ChoiceState
 from sidecar.errors import UpstreamProtocolError
 from tests.attempts import chunk_attempt
@@ -74,7 +74,7 @@ def _events(data: bytes) -> list[bytes]:
     return [piece + b"\n\n" for piece in data.split(b"\n\n")[:-1]]
 
 
-def _watched(route: Kind, reads: list[bytes], detectors: DetectorConfig,
+def _watched(route: ChunkKind, reads: list[bytes], detectors: DetectorConfig,
              stop: bool) -> tuple[Any, ...]:
     """Everything a caller can see of an attempt fed ``reads`` (all at the same time)."""
     attempt = chunk_attempt(route, detectors=detectors, stop_on_verdict=stop)
@@ -111,7 +111,7 @@ def test_one_event_per_read_sees_what_one_big_read_sees(name: str, detectors: De
     one read or in uneven pieces, which go through the SSE decoder and the stream model's
     events: the bytes forwarded, the verdict and where it fired, every count and flag."""
     data = (CAPTURES / name).read_bytes()
-    route: Kind = "completions" if name.startswith("completions") else "chat"
+    route: ChunkKind = "completions" if name.startswith("completions") else "chat"
     events = _events(data)
     assert b"".join(events) == data
     one_by_one = _watched(route, events, detectors, stop)
@@ -172,7 +172,7 @@ def test_a_payload_of_several_data_lines_teaches_no_template() -> None:
         attempt.feed(reads[4], 1.0)
 
 
-def _trace_stream(text: str, route: Kind) -> bytes:
+def _trace_stream(text: str, route: ChunkKind) -> bytes:
     """A real trace as a vLLM stream of 4-character deltas: on chat the thinking in
     ``reasoning`` and the answer in ``content``; on completions all of it in ``text``,
     ``<think>`` tags included, as a server without a reasoning parser sends it."""
@@ -195,8 +195,8 @@ def _trace_stream(text: str, route: Kind) -> bytes:
 @pytest.mark.parametrize(("label", "line"), [("loops", 16), ("healthy", 0)])
 @pytest.mark.parametrize("route", ["chat", "completions"])
 @pytest.mark.parametrize("stop", [True, False])
-def test_one_event_per_read_judges_real_traces_as_one_big_read(label: str, line: int,
-                                                               route: Kind, stop: bool) -> None:
+def test_one_event_per_read_judges_real_traces_as_one_big_read(
+        label: str, line: int, route: ChunkKind, stop: bool) -> None:
     """The same for real traces, where the text detectors fire (a QwQ loop, caught about
     10,000 characters in) or stay quiet to the answer (a healthy trace): the same verdict
     at the same token and character."""

@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from sidecar.apis.ollama.fold import Folder
-from sidecar.apis.ollama.lines import Kind, LineModel, line, summed_final
+from sidecar.apis.ollama.lines import LineKind, LineModel, line, summed_final
 from sidecar.apis.ollama.splice import LineSplicer
 from sidecar.codecs.ndjson import NDJSONDecoder, NDJSONError
 from sidecar.core.attempt import Attempt, AttemptSpec
@@ -26,7 +26,7 @@ from sidecar.errors import UpstreamProtocolError
 class LineAttempt(Attempt):
     """State of one native upstream request of a client request."""
 
-    def __init__(self, kind: Kind, spec: AttemptSpec, splicer: LineSplicer,
+    def __init__(self, kind: LineKind, spec: AttemptSpec, splicer: LineSplicer,
                  fold: Folder | None) -> None:
         super().__init__(spec)
         self.kind = kind

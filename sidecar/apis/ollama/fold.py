@@ -9,14 +9,14 @@ from typing import Any
 import orjson
 
 from sidecar.apis.base import Body, Fold
-from sidecar.apis.ollama.lines import Kind
+from sidecar.apis.ollama.lines import LineKind
 
 
 class Folder(Fold):
     """Folds the NDJSON lines a streaming client would have seen into the single JSON
     object of a ``"stream": false`` response (what Ollama itself returns)."""
 
-    def __init__(self, kind: Kind) -> None:
+    def __init__(self, kind: LineKind) -> None:
         self.kind = kind
         self._content: list[str] = []
         self._thinking: list[str] = []

@@ -25,7 +25,7 @@ from sidecar.policy.rules import RequestView
 class LineApi(WireApi):
     """Ollama's ``/api/chat`` or ``/api/generate`` (``kind``)."""
 
-    kind: lines.Kind
+    kind: lines.LineKind
     stream_type = lines.NDJSON_TYPE
     ollama_native = True
 

@@ -36,8 +36,8 @@ from sidecar.core.events import (
     Usage,
 )
 
-Kind = Literal["chat", "generate"]
-NATIVE_PATHS: Mapping[Kind, str] = {"chat": "/api/chat", "generate": "/api/generate"}
+LineKind = Literal["chat", "generate"]
+NATIVE_PATHS: Mapping[LineKind, str] = {"chat": "/api/chat", "generate": "/api/generate"}
 NDJSON_TYPE = "application/x-ndjson"
 _NS = 1_000_000_000
 
@@ -75,7 +75,7 @@ class LineModel:
 
     __slots__ = ("_splitter", "chunk", "kind", "saw_thinking")
 
-    def __init__(self, kind: Kind) -> None:
+    def __init__(self, kind: LineKind) -> None:
         self.kind = kind
         self.chunk: dict[str, Any] | None = None
         self._splitter = ThinkTagSplitter()
@@ -134,7 +134,7 @@ def line(obj: Mapping[str, Any]) -> bytes:
     return orjson.dumps(obj) + b"\n"
 
 
-def text_line(kind: Kind, model: Any, created_at: Any, text: str) -> dict[str, Any]:
+def text_line(kind: LineKind, model: Any, created_at: Any, text: str) -> dict[str, Any]:
     """A line that adds ``text`` to the answer (e.g. a ``</think>`` closing an inline
     block before the reissued answer), as an object for :func:`line`."""
     obj: dict[str, Any] = {"model": model, "created_at": created_at}
@@ -172,7 +172,7 @@ def summed_final(obj: dict[str, Any], *, prompt_tokens: int, completion_tokens: 
     return out
 
 
-def final_line(kind: Kind, model: Any, created_at: Any, *, done_reason: str,
+def final_line(kind: LineKind, model: Any, created_at: Any, *, done_reason: str,
                prompt_tokens: int, completion_tokens: int, seconds: float) -> dict[str, Any]:
     """The ``done: true`` line the sidecar writes when the ladder ends a response itself
     (``done_reason: "length"``), with the counters of every attempt, as an object for

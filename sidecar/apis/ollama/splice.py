@@ -16,7 +16,7 @@ from typing import Any
 from detectors import Verdict
 from sidecar.apis.base import Splicer
 from sidecar.apis.ollama.fold import Folder
-from sidecar.apis.ollama.lines import Kind, created_at, error_line, final_line, line, text_line
+from sidecar.apis.ollama.lines import LineKind, created_at, error_line, final_line, line, text_line
 from sidecar.core.attempt import Totals
 from sidecar.errors import UpstreamError
 
@@ -26,7 +26,7 @@ class LineSplicer(Splicer):
     the name the client sees on every line: the first line's ``model`` (a fallback model
     stays invisible), else the request's."""
 
-    def __init__(self, kind: Kind, fold: Folder | None, *, model: str | None) -> None:
+    def __init__(self, kind: LineKind, fold: Folder | None, *, model: str | None) -> None:
         self.kind = kind
         self.fold = fold
         self.client_model: Any = model

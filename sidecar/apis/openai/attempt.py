@@ -17,7 +17,7 @@ from typing import Any
 
 from detectors.base import THINKING
 from sidecar.apis.base import RequestFacts
-from sidecar.apis.openai.chunks import Kind, StreamModel
+from sidecar.apis.openai.chunks import ChunkKind, StreamModel
 from sidecar.apis.openai.fold import Aggregator
 from sidecar.apis.openai.splice import (
     DONE_EVENT,
@@ -36,7 +36,7 @@ from sidecar.errors import UpstreamProtocolError
 class ChunkAttempt(Attempt):
     """State of one upstream request of a chat-completions or completions request."""
 
-    def __init__(self, kind: Kind, spec: AttemptSpec, facts: RequestFacts,
+    def __init__(self, kind: ChunkKind, spec: AttemptSpec, facts: RequestFacts,
                  splicer: ChunkSplicer, fold: Aggregator | None) -> None:
         super().__init__(spec)
         self.kind = kind

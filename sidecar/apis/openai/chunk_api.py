@@ -9,7 +9,7 @@ from typing import Any
 from sidecar.apis.base import RequestFacts, Splicer, WireApi
 from sidecar.apis.openai import requests
 from sidecar.apis.openai.attempt import ChunkAttempt
-from sidecar.apis.openai.chunks import Kind
+from sidecar.apis.openai.chunks import ChunkKind
 from sidecar.apis.openai.fold import Aggregator
 from sidecar.apis.openai.splice import ChunkSplicer
 from sidecar.config import Config, ThinkingOffRule
@@ -24,7 +24,7 @@ from sidecar.policy.rules import RequestView
 class ChunkApi(WireApi):
     """A chat-completions or completions API (``kind``)."""
 
-    kind: Kind
+    kind: ChunkKind
     stream_type = "text/event-stream"
 
     def view(self, body: Mapping[str, Any], headers: Mapping[str, str]) -> RequestView:

@@ -24,7 +24,7 @@ and then parses only the text string of a payload with the same bytes around it 
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any
 
 import orjson
 
@@ -40,11 +40,12 @@ from sidecar.core.events import (
     ToolCallDelta,
     Usage,
 )
+from sidecar.labels import WatchedRoute
 
-Kind = Literal["chat", "completions"]
-"""Which of the two OpenAI APIs a stream belongs to: text in ``delta.content`` and
-reasoning in ``delta.reasoning``/``delta.reasoning_content`` (chat), or in ``text``
-(completions)."""
+ChunkKind = WatchedRoute
+"""Which of the two OpenAI APIs a stream belongs to (named as their routes): text in
+``delta.content`` and reasoning in ``delta.reasoning``/``delta.reasoning_content``
+(``chat``), or in ``text`` (``completions``)."""
 
 
 class _Choice:
@@ -122,7 +123,7 @@ class StreamModel:
     __slots__ = ("_choices", "_dropped_hits", "_fruitless", "_in_think", "_last_completion",
                  "_templates", "_usage_seen", "chunk", "kind")
 
-    def __init__(self, kind: Kind, *, starts_in_thinking: bool = False,
+    def __init__(self, kind: ChunkKind, *, starts_in_thinking: bool = False,
                  templates: bool = False) -> None:
         self.kind = kind
         self.chunk: dict[str, Any] | None = None

@@ -19,7 +19,7 @@ from typing import Any
 import orjson
 
 from sidecar.apis.base import Body, Fold
-from sidecar.apis.openai.chunks import Kind
+from sidecar.apis.openai.chunks import ChunkKind
 
 
 class _ChoiceAcc:
@@ -50,7 +50,7 @@ class _ChoiceAcc:
 class Aggregator(Fold):
     """Accumulates the chunks of one (possibly spliced) response."""
 
-    def __init__(self, kind: Kind, *, hide_reasoning: bool = False) -> None:
+    def __init__(self, kind: ChunkKind, *, hide_reasoning: bool = False) -> None:
         self.kind = kind
         self.hide_reasoning = hide_reasoning
         self.head: dict[str, Any] = {}

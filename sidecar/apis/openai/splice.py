@@ -19,7 +19,7 @@ import orjson
 
 from detectors import Verdict
 from sidecar.apis.base import Splicer
-from sidecar.apis.openai.chunks import Kind
+from sidecar.apis.openai.chunks import ChunkKind
 from sidecar.apis.openai.fold import Aggregator
 from sidecar.core.attempt import Totals
 from sidecar.errors import UpstreamError, upstream_error_body
@@ -34,7 +34,7 @@ class Head:
     id: Any
     created: Any
     model: Any
-    kind: Kind
+    kind: ChunkKind
 
     @property
     def object(self) -> str:
@@ -161,7 +161,7 @@ class ChunkSplicer(Splicer):
     ``</think>``: its body carries ``X-Runaway-*`` headers instead).
     """
 
-    def __init__(self, kind: Kind, fold: Aggregator | None, *, request_id: str,
+    def __init__(self, kind: ChunkKind, fold: Aggregator | None, *, request_id: str,
                  model: str | None) -> None:
         self.kind = kind
         self.fold = fold
