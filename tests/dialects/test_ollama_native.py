@@ -14,7 +14,7 @@ import orjson
 import pytest
 from ollama import AsyncClient, ResponseError
 
-from sidecar.config import DialectLadder, ReissueConfig
+from sidecar.config import DialectLadder, PolicyConfig, PolicyRule, ReissueConfig
 from tests.dialects.conftest import DialectStack
 
 MESSAGES = [{"role": "user", "content": "Fix the bug in my parser"}]
@@ -179,3 +179,19 @@ async def test_healthy_stream_is_forwarded_unchanged(
         {k: v for k, v in o.items() if k not in volatile} for o in direct]
     assert via[-1]["done"] is True
     assert sum(o["done"] for o in via) == 1
+
+
+async def test_the_clients_think_beats_a_policy_rule(
+        dialect_stack: DialectStack, clients: Clients) -> None:
+    """``think: true`` from the client is the client's own switch on /api/chat: a policy
+    rule that turns thinking off leaves it alone (the policy never overrides the client),
+    while a request without ``think`` gets the rule's ``think: false``."""
+    rule = PolicyRule(name="all-off", thinking="off")
+    stack = await dialect_stack("ollama", policy=PolicyConfig(rules=(rule,)))
+    client = clients(stack.url)
+    await client.chat(model="sim-healthy", messages=MESSAGES, think=True, stream=False,
+                      options={"num_predict": 200})
+    assert await stack.sim_metric("sim:requests_total", thinking="on") == 1
+    await client.chat(model="sim-healthy", messages=MESSAGES, stream=False,
+                      options={"num_predict": 200})
+    assert await stack.sim_metric("sim:requests_total", thinking="off") == 1

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import re
 import time
 
@@ -11,6 +12,7 @@ import orjson
 import pytest
 from openai import AsyncOpenAI
 
+from sidecar.config import ReissueConfig, ThinkingOffRule
 from tests.sidecar.conftest import StackFactory
 from tests.stack import Stack
 
@@ -317,6 +319,39 @@ async def test_client_disconnect_during_reissue(make_stack: StackFactory) -> Non
         assert time.monotonic() - closed < 0.5
         await asyncio.sleep(0.02)
     assert stack.metric("runaway_sidecar_client_disconnects_total", route="chat") == 1
+    assert stack.metric("runaway_sidecar_reissues_total", model="sim-leaky",
+                        step="thinking_off", outcome="client_disconnect") == 1
+
+
+async def test_a_reload_mid_exchange_leaves_the_exchange_as_it_started(
+        make_stack: StackFactory) -> None:
+    """A config reload while a stream is open applies to requests that start after it:
+    the open exchange still reissues with the thinking-off rules it started with, while
+    the next request runs in the reloaded mode."""
+    stack = await make_stack(tokens_per_second=300)
+    session = aiohttp.ClientSession()
+    resp = await session.post(stack.url + "/v1/chat/completions",
+                              json={**LOOP_BODY, "stream": True})
+    first = await resp.content.readany()
+    assert first.startswith(b"data: ")
+    reloaded = dataclasses.replace(
+        stack.proxy.config, mode="shadow",
+        reissue=ReissueConfig(rules=(ThinkingOffRule(".*", {"seed": 1}),)))
+    stack.proxy.reconfigure(reloaded)  # these rules would leave thinking on: a second loop
+    rest = await resp.read()
+    resp.close()
+    await session.close()
+    assert b"action=reissue:no-think" in rest
+    content = "".join(str(c["choices"][0]["delta"].get("content") or "")  # type: ignore[index]
+                      for c in payloads(rest) if c.get("choices"))
+    assert content.strip() == "Fix: guard empty lists before indexing!"
+    assert stack.metric("runaway_sidecar_reissues_total", model="sim-loop",
+                        step="thinking_off", outcome="ok") == 1
+    status, _, data = await raw_stream(stack.url, {**LOOP_BODY, "max_tokens": 600})
+    assert status == 200
+    assert b": runaway" not in data  # shadow: detected, not cut
+    assert stack.metric("runaway_sidecar_requests_total", route="chat", model="sim-loop",
+                        outcome="shadow") == 1
 
 
 @pytest.mark.parametrize("stream", [True, False])
