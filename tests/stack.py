@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -79,6 +80,9 @@ async def start_stack(tokens_per_second: float = 0.0, **config: Any) -> Stack:
     sidecar = TestServer(app, host="127.0.0.1")
     await sidecar.start_server()
     return Stack(sim, sidecar, registry, app[PROXY])
+
+
+StackFactory = Callable[..., Awaitable[Stack]]
 
 
 async def stop_stack(stack: Stack) -> None:

@@ -2,10 +2,10 @@
 and a reader that turns the response's bytes into its head and then its body.
 
 Why not aiohttp's client here: a watched stream is read one event at a time, and aiohttp's
-client spends about 460 bytecodes per event in Python on its reader (the payload queue,
-the HTTP chunk bookkeeping, flow control on every read, a future per read). That was more
-than the sidecar's own work per event (``benchmarks/README.md``, "Bytecode per chunk").
-This reader's fast path is one ``find`` and one slice per event. Everything that is not
+client does more Python work per event on its reader (the payload queue, the HTTP chunk
+bookkeeping, flow control on every read, a future per read) than the sidecar's own
+watching does (measured in ``benchmarks/results/``, "Bytecode per chunk"). This reader's
+fast path is one ``find`` and one slice per event. Everything that is not
 watched (pass-through routes, health probes) still goes through aiohttp.
 
 The reader is fed whatever the socket gave; it never reads the clock and never blocks.

@@ -35,8 +35,8 @@ class SSEEvent:
     events), ``raw`` the exact bytes of the event including its terminating blank line.
 
     Read-only by contract but not ``frozen``: one is made per upstream event, and a
-    frozen dataclass costs about 0.27 us more to construct (``object.__setattr__`` per
-    field), a tenth of the sidecar's own work per event."""
+    frozen dataclass pays an ``object.__setattr__`` per field to construct, a measurable
+    share of the sidecar's own work per event (``benchmarks/results/``)."""
 
     raw: bytes
     data: bytes | None

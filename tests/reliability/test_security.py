@@ -16,7 +16,7 @@ import structlog
 from sidecar.config import Config, load_config, parse_host_port
 from sidecar.service.logs import configure_logging
 from tests.reliability.harness import RawUpstream, Reply, start_sidecar
-from tests.sidecar.conftest import StackFactory
+from tests.stack import StackFactory
 
 SECRET = "sk-canary-7f3a9c1e5b"  # noqa: S105 - a canary, not a credential
 PROMPT = "canary prompt about the Zanzibar payroll ledger"

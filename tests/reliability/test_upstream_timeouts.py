@@ -18,7 +18,7 @@ from tests.reliability.harness import (
     chunked,
     start_sidecar,
 )
-from tests.sidecar.conftest import StackFactory
+from tests.stack import StackFactory
 
 EVENT = (b'data: {"id":"c","object":"chat.completion.chunk","created":1,"model":"m",'
          b'"choices":[{"index":0,"delta":{"content":"hi"},"finish_reason":null}]}\n\n')

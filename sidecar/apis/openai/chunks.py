@@ -62,9 +62,9 @@ _TEMPLATE_KEYS: dict[str, Channel | None] = {
     "reasoning": THINKING, "reasoning_content": THINKING, "content": None, "text": None}
 _MAX_TEMPLATES = 4  # one per (choice, key) in use: n=2 streams switch between four
 _MAX_FRUITLESS = 4  # templates dropped without a single hit before learning stops
-#: Largest fixed part (the payload less its text) kept as a template: a template lives as
-#: long as its stream, and vLLM's chunks have 150 to 300 bytes of it; a chunk with a large
-#: field this model does not read is parsed in full instead.
+#: Largest fixed part (the payload less its text) kept as a template. A template lives as
+#: long as its stream, so a chunk whose fixed part is bigger than any chunk vLLM sends
+#: (a large field this model does not read) is parsed in full instead of held.
 _MAX_TEMPLATE_BYTES = 1024
 
 

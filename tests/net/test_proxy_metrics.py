@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import aiohttp
 
-from tests.sidecar.conftest import StackFactory
+from tests.stack import StackFactory
 
 
 async def chat(url: str, model: str, prompt: str, mode: str = "enforce",

@@ -13,8 +13,7 @@ import pytest
 from openai import AsyncOpenAI
 
 from sidecar.config import ReissueConfig, ThinkingOffRule
-from tests.sidecar.conftest import StackFactory
-from tests.stack import Stack
+from tests.stack import Stack, StackFactory
 
 LOOP_BODY: dict[str, object] = {
     "model": "sim-loop", "max_tokens": 8000,

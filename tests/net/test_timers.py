@@ -8,7 +8,7 @@ from typing import Any
 
 import aiohttp
 
-from tests.sidecar.conftest import StackFactory
+from tests.stack import StackFactory
 
 
 async def test_watched_stream_arms_no_timer_per_chunk(make_stack: StackFactory) -> None:

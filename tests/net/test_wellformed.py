@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from openai import AsyncOpenAI
 
 from sidecar.config import ReissueConfig
-from tests.sidecar.conftest import StackFactory
+from tests.stack import StackFactory
 
 MODELS = ["sim-loop", "sim-leaky", "sim-healthy", "sim-paraphrase-loop", "sim-cjk-loop",
           "sim-long-thinking"]

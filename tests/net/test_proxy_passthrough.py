@@ -9,7 +9,7 @@ import orjson
 import pytest
 from openai import AsyncOpenAI
 
-from tests.sidecar.conftest import StackFactory
+from tests.stack import StackFactory
 
 _VARIABLE = re.compile(rb'"(id|created|system_fingerprint)":("[^"]*"|\d+)')
 

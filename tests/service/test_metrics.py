@@ -282,7 +282,7 @@ def run_py(code: str, env: dict[str, str], *args: str) -> subprocess.CompletedPr
 def test_multiprocess_exposition_merges_two_processes(tmp_path: Path) -> None:
     """Two real worker processes are summed; the live gauge drops a dead worker's share."""
     env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(tmp_path)}
-    env["PYTHONPATH"] = str(Path(__file__).resolve().parents[1])
+    env["PYTHONPATH"] = str(Path(__file__).resolve().parents[2])
     w1 = subprocess.Popen([sys.executable, "-c", WORKER, "2"], env=env)
     w2 = subprocess.Popen([sys.executable, "-c", WORKER, "3"], env=env)
     assert w1.wait(timeout=60) == 0

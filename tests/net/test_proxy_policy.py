@@ -9,7 +9,7 @@ from prometheus_client import CollectorRegistry
 from sidecar.config import PolicyConfig
 from sidecar.service.health import make_metrics_app
 from sidecar.service.server import debug_policy_handler
-from tests.sidecar.conftest import StackFactory
+from tests.stack import StackFactory
 
 CODE = "Why does this crash?\n```python\nitems = []\nprint(items[0])\n```"
 

@@ -15,7 +15,7 @@ import aiohttp
 import pytest
 
 from sidecar.config import PolicyConfig
-from tests.sidecar.conftest import StackFactory
+from tests.stack import StackFactory
 
 LOOP = {"model": "sim-loop", "stream": True, "max_tokens": 3000,
         "messages": [{"role": "user", "content": "the same flaky prompt"}]}

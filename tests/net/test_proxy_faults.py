@@ -10,8 +10,7 @@ import orjson
 import pytest
 from openai import APIError, AsyncOpenAI
 
-from tests.sidecar.conftest import StackFactory
-from tests.stack import start_stack, stop_stack
+from tests.stack import StackFactory, start_stack, stop_stack
 
 BODY: dict[str, object] = {"model": "sim-healthy", "max_tokens": 400,
                            "messages": [{"role": "user", "content": "Say OK"}]}
