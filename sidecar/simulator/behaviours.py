@@ -7,6 +7,7 @@ source and license fields), so detectors see genuine non-repetitive thinking.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import random
@@ -94,6 +95,7 @@ class Trace:
     reasoning: str | None  # None: the trace has no think block
     content: str
     closed: bool  # the think block ended with </think>
+    answer: str | None = None  # the reply with thinking off, if the record gives one
 
 
 def split_trace(trace_id: str, text: str) -> Trace:
@@ -111,7 +113,8 @@ def split_trace(trace_id: str, text: str) -> Trace:
 
 
 def load_traces(lines: Sequence[str]) -> list[Trace]:
-    """Parse JSONL trace records (``text`` required; ``id`` or ``source`` names them)."""
+    """Parse JSONL trace records (``text`` required; ``id`` or ``source`` names them; an
+    optional ``answer`` is the reply with thinking off, else the content's first sentence)."""
     traces: list[Trace] = []
     for line in lines:
         if not line.strip():
@@ -120,7 +123,10 @@ def load_traces(lines: Sequence[str]) -> list[Trace]:
         if not isinstance(record, dict) or not isinstance(record.get("text"), str):
             raise TypeError("every trace record needs a string 'text'")
         trace_id = str(record.get("id", record.get("source", len(traces))))
-        traces.append(split_trace(trace_id, record["text"]))
+        trace = split_trace(trace_id, record["text"])
+        if isinstance(record.get("answer"), str):
+            trace = dataclasses.replace(trace, answer=record["answer"])
+        traces.append(trace)
     return traces
 
 
@@ -177,17 +183,28 @@ class Behaviours:
         seed: int,
         served_model_name: str | None,
         replay_file: Path | None,
+        served_model_behaviour: str = "sim-loop",
     ) -> None:
         self._seed = seed
         self._served = served_model_name
+        self._served_behaviour = served_model_behaviour
         self._healthy = healthy_traces()
         self._replay: list[Trace] = []
         if replay_file is not None:
             self._replay = load_traces(replay_file.read_text(encoding="utf-8").splitlines())
         names = [m for m in BASE_MODELS if m != "sim-replay" or self._replay]
+        if served_model_behaviour not in names:
+            raise ValueError(f"served_model_behaviour {served_model_behaviour!r} is not a "
+                             f"model of this node ({', '.join(names)})")
         if served_model_name and served_model_name not in names:
             names.append(served_model_name)
         self.names: tuple[str, ...] = tuple(names)
+
+    def resolve(self, model: str) -> str:
+        """The ``sim-*`` model whose script ``model`` runs (the served name's behaviour)."""
+        if model == self._served and model not in BASE_MODELS:
+            return self._served_behaviour
+        return model
 
     def knows(self, model: str) -> bool:
         """Whether ``model`` names a simulated model of this node."""
@@ -212,8 +229,7 @@ class Behaviours:
     def script(self, model: str, *, key: str, choice: int, trace: Trace | None = None) -> Script:
         """The script of ``model``; ``key`` (the prompt) picks which healthy trace is used,
         ``choice`` seeds per-choice variation, ``trace`` is the replay trace."""
-        if model == self._served and model not in BASE_MODELS:
-            model = "sim-loop"
+        model = self.resolve(model)
         healthy = self._healthy[self._healthy_index(key)]
         short = first_sentence(healthy.content)
         if model == "sim-healthy":
@@ -266,6 +282,7 @@ class Behaviours:
         if model == "sim-replay":
             replay = trace if trace is not None else self.replay_trace(None)
             answer = replay.content if replay.content.strip() else SHORT_ANSWER
+            direct = replay.answer if replay.answer is not None else first_sentence(answer)
             if replay.reasoning is None:
                 return Script(
                     reasoning=lambda: iter(()),
@@ -276,7 +293,7 @@ class Behaviours:
             return Script(
                 reasoning=lambda: _tokens(reasoning_text),
                 after_thinking=lambda: _tokens(replay.content),
-                direct=lambda: _tokens(first_sentence(answer)),
+                direct=lambda: _tokens(direct),
                 reasoning_closes=replay.closed,
             )
         raise LookupError(f"unknown model {model!r}")

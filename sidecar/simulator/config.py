@@ -16,8 +16,9 @@ class SimulatorConfig:
       per choice). ``0`` means as fast as possible; the node still yields to the event loop
       after every token so disconnects are noticed.
     - ``replay_file``: JSONL of traces with a ``text`` field, served by model ``sim-replay``.
-    - ``served_model_name``: an extra accepted model name that behaves like ``sim-loop``
-      (tests that mimic the captures use ``tiny-qwen``).
+    - ``served_model_name``: an extra accepted model name that behaves like
+      ``served_model_behaviour`` (``sim-loop`` unless set; tests that mimic the captures use
+      ``tiny-qwen``, or ``sim-replay`` with a trace of the captured model's text).
     - ``max_model_len``: context length; limits and defaults ``max_tokens`` like vLLM.
     - ``seed``: seeds ids, fingerprints and the paraphrase loop, so runs are reproducible.
     - ``dialect``: which server to imitate: ``vllm`` (0.32), ``llamacpp`` (llama-server),
@@ -27,6 +28,7 @@ class SimulatorConfig:
     tokens_per_second: float = 65.0
     replay_file: Path | None = None
     served_model_name: str | None = None
+    served_model_behaviour: str = "sim-loop"
     max_model_len: int = 8192
     seed: int = 0
     dialect: str = "vllm"

@@ -14,7 +14,7 @@ from typing import Any, Literal
 from sidecar.simulator.generation import GenSpec, Mode, RepetitionParams
 from sidecar.simulator.tokenizer import message_text, render_chat, think_state_of_prompt, tokenize
 
-Endpoint = Literal["chat", "completions"]
+Endpoint = Literal["chat", "completions", "messages", "responses"]
 COMPLETIONS_DEFAULT_MAX_TOKENS = 16  # vLLM's CompletionRequest default
 
 

@@ -37,6 +37,7 @@ def make_simulator_app(config: SimulatorConfig) -> web.Application:
         seed=config.seed,
         served_model_name=config.served_model_name,
         replay_file=config.replay_file,
+        served_model_behaviour=config.served_model_behaviour,
     )
     node = Node(
         config=config,
