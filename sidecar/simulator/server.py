@@ -8,6 +8,7 @@ import zlib
 
 from aiohttp import web
 
+from sidecar.simulator.agent_routes import add_agent_routes
 from sidecar.simulator.behaviours import Behaviours
 from sidecar.simulator.config import SimulatorConfig
 from sidecar.simulator.metrics import SimMetrics
@@ -58,6 +59,7 @@ def make_simulator_app(config: SimulatorConfig) -> web.Application:
     app.router.add_post("/tokenize", tokenize_route)
     app.router.add_post("/v1/embeddings", embeddings_route)
     add_dialect_routes(app, config.dialect)
+    add_agent_routes(app, config.dialect)
     return app
 
 
