@@ -1,6 +1,8 @@
 """A simulated vLLM 0.32 node (``--reasoning-parser qwen3``) for tests, demos and benchmarks.
 
-Byte-true to the captures in ``tests/data/captures/vllm-0.32.0``; the model name picks a
+Byte-true to the captures in ``tests/data/captures/vllm-0.32.0`` (chat, completions) and
+``tests/data/captures/vllm-0.32.0-agent-apis`` (Anthropic ``/v1/messages``, OpenAI
+``/v1/responses``: :mod:`~sidecar.simulator.agent_routes`); the model name picks a
 behaviour (``sim-healthy``, ``sim-loop``, …) and ``X-Sim-Fault`` injects faults.
 """
 
