@@ -1,9 +1,10 @@
 """The coding-agent routes of the simulated node: Anthropic ``/v1/messages`` (and
 ``/v1/messages/count_tokens``) and OpenAI ``/v1/responses`` (with ``GET`` and ``cancel``
-by id, which a vLLM without its store answers 404). The I/O of these APIs lives here;
-validation (:mod:`~sidecar.simulator.agent_requests`) and encoding
-(:mod:`~sidecar.simulator.wire_messages`, :mod:`~sidecar.simulator.wire_responses`) are
-pure.
+by id, which a vLLM without its store answers 404). Route handlers only: reading a body
+(:mod:`~sidecar.simulator.messages_request`, :mod:`~sidecar.simulator.responses_request`)
+and encoding (:mod:`~sidecar.simulator.wire_messages`,
+:mod:`~sidecar.simulator.wire_responses` and the ``wires_*`` modules of the other servers)
+are pure; generation and its I/O run in :mod:`~sidecar.simulator.agent_runtime`.
 
 Generation is the chat route's: the same scripted ``sim-*`` models, thinking switches,
 budgets, pacing and metrics (``vllm:num_requests_running``, ``generation_tokens_total``,
@@ -21,69 +22,40 @@ messages, and on responses the connection just ends without ``response.completed
 
 from __future__ import annotations
 
-import asyncio
-import random
-import string
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, Protocol
 
 import orjson
 from aiohttp import web
 
-from sidecar.simulator.agent_requests import (
-    BodyValidationError,
-    FieldError,
+from sidecar.simulator.agent_requests import not_found
+from sidecar.simulator.agent_runtime import AgentRun, RngDraw, Whole
+from sidecar.simulator.behaviours import Trace
+from sidecar.simulator.body_checks import BodyValidationError, FieldError
+from sidecar.simulator.faults import Fault, FaultHeaderError, FaultKind, parse_fault
+from sidecar.simulator.generation import Mode, Token
+from sidecar.simulator.messages_request import (
     check_messages,
     count_tokens,
     messages_chat,
-    not_found,
     parse_messages,
-    parse_responses,
 )
-from sidecar.simulator.behaviours import Trace
-from sidecar.simulator.faults import Fault, FaultHeaderError, FaultKind, parse_fault
-from sidecar.simulator.generation import Channel, Mode, Token, generate
-from sidecar.simulator.node import NODE_KEY, ClientGoneError, Node
+from sidecar.simulator.node import NODE_KEY, Node
 from sidecar.simulator.requests import ApiError, Job
-from sidecar.simulator.runtime import Accounting, Pacer, client_gone, wait_or_gone
-from sidecar.simulator.streaming import _INVALID_SSE, TRACE_HEADER
-from sidecar.simulator.wire_messages import (
-    MESSAGES_WIRES,
-    MessagesStream,
-    MessagesWire,
-)
+from sidecar.simulator.responses_request import parse_responses
+from sidecar.simulator.streaming import TRACE_HEADER
+from sidecar.simulator.wire_messages import MessagesStream, MessagesWire
 from sidecar.simulator.wire_responses import (
-    RESPONSES_WIRES,
     ResponseHead,
     ResponsesStream,
     ResponsesWire,
     ResponseUsage,
     Timings,
 )
+from sidecar.simulator.wires_messages import MESSAGES_WIRES
+from sidecar.simulator.wires_responses import RESPONSES_WIRES
 
-_THINKING_MODES = (Mode.THINK, Mode.THINK_PREFILLED)
-_ALNUM = string.ascii_letters + string.digits
 _INTERNAL = "Internal server error"
-
-
-class RngDraw:
-    """Ids and signatures from the node's seeded generator (reproducible runs)."""
-
-    __slots__ = ("_rng",)
-
-    def __init__(self, rng: random.Random) -> None:
-        self._rng = rng
-
-    def hex(self, digits: int) -> str:
-        return f"{self._rng.getrandbits(4 * digits):0{digits}x}"
-
-    def alnum(self, length: int) -> str:
-        return "".join(self._rng.choice(_ALNUM) for _ in range(length))
-
-    def number(self, below: int) -> int:
-        return self._rng.randrange(below)
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,9 +133,10 @@ async def _reset(request: web.Request) -> web.Response:
     return web.Response(status=499)
 
 
-def _unknown_model(node: Node, agent: AgentWires, err: ApiError) -> ApiError:
+def _in_dialect(agent: AgentWires, err: ApiError, body: object) -> ApiError:
+    """The error as the node's server words it (Ollama names a missing model its way)."""
     if agent.dialect == "ollama" and err.status == 404 and err.param == "model":
-        model = err.message.split("`")[1] if "`" in err.message else ""
+        model = body.get("model") if isinstance(body, dict) else None
         return ApiError(404, f'model "{model}" not found, try pulling it first')
     return err
 
@@ -175,18 +148,19 @@ async def messages_route(request: web.Request) -> web.StreamResponse:
     """``POST /v1/messages``."""
     node, agent = request.app[NODE_KEY], request.app[AGENT_KEY]
     wire, draw = agent.messages, RngDraw(node.rng)
+    body: object = None
     try:
         fault = _fault(request)
         if fault is not None and fault.kind is FaultKind.RESET_BEFORE_HEADERS:
             return await _reset(request)
-        job = parse_messages(await _read(request), dialect=agent.dialect,
-                             known=node.behaviours.names,
+        body = await _read(request)
+        job = parse_messages(body, dialect=agent.dialect, known=node.behaviours.names,
                              max_model_len=node.config.max_model_len)
         trace = _trace(node, request, job.model)
     except BodyValidationError as exc:
         return _json(wire.validation_body(exc.message, exc.param, draw), 400, wire.json_headers)
     except ApiError as err:
-        err = _unknown_model(node, agent, err)
+        err = _in_dialect(agent, err, body)
         return _json(wire.error_body(err.status, err.err_type, err.message, draw), err.status,
                      wire.json_headers)
     if fault is not None and fault.kind is FaultKind.HTTP_500:
@@ -196,11 +170,11 @@ async def messages_route(request: web.Request) -> web.StreamResponse:
     prefix = agent.thinking_off_prefix if job.spec.mode is Mode.NO_THINK else ""
     stream = MessagesStream(wire, wire.message_id(draw, given), job.model, draw,
                             leading_text=prefix)
-    run = _Run(node, request, job, fault, trace, wire.stream_headers, wire.json_headers)
+    run = AgentRun(node, request, job, fault, trace, wire.stream_headers, wire.json_headers)
     if job.stream:
         return await run.stream(_MessagesSink(stream, wire))
     result = await run.whole()
-    if isinstance(result, web.StreamResponse):
+    if not isinstance(result, Whole):
         return result
     if result.failed:
         return _json(wire.error_body(500, "InternalServerError", _INTERNAL, draw), 500,
@@ -215,6 +189,7 @@ async def count_tokens_route(request: web.Request) -> web.Response:
     """``POST /v1/messages/count_tokens``: the rendered prompt's length; nothing runs."""
     node, agent = request.app[NODE_KEY], request.app[AGENT_KEY]
     wire, draw = agent.messages, RngDraw(node.rng)
+    body: object = None
     try:
         body = await _read(request)
         if agent.dialect == "ollama":
@@ -227,7 +202,7 @@ async def count_tokens_route(request: web.Request) -> web.Response:
     except BodyValidationError as exc:
         return _json(wire.validation_body(exc.message, exc.param, draw), 400, wire.json_headers)
     except ApiError as err:
-        err = _unknown_model(node, agent, err)
+        err = _in_dialect(agent, err, body)
         return _json(wire.error_body(err.status, err.err_type, err.message, draw), err.status,
                      wire.json_headers)
     return _json(wire.count_tokens_body(n), 200, wire.json_headers)
@@ -273,6 +248,7 @@ async def responses_route(request: web.Request) -> web.StreamResponse:
     assert wire is not None
     draw = RngDraw(node.rng)
     default_model = node.config.served_model_name or node.behaviours.names[0]
+    body: object = None
     try:
         fault = _fault(request)
         if fault is not None and fault.kind is FaultKind.RESET_BEFORE_HEADERS:
@@ -285,7 +261,7 @@ async def responses_route(request: web.Request) -> web.StreamResponse:
     except BodyValidationError as exc:
         return _json(wire.validation_body(exc.message, exc.param), 400, wire.json_headers)
     except ApiError as err:
-        err = _unknown_model(node, agent, err)
+        err = _in_dialect(agent, err, body)
         return _json(wire.error_body(err.status, err.err_type, err.message, err.param),
                      err.status, wire.json_headers)
     if fault is not None and fault.kind is FaultKind.HTTP_500:
@@ -296,13 +272,13 @@ async def responses_route(request: web.Request) -> web.StreamResponse:
     head = ResponseHead(wire.response_id(draw, parsed.response_id), int(time.time()),
                         job.model, parsed.echo, body)
     prefix = agent.thinking_off_prefix if job.spec.mode is Mode.NO_THINK else ""
-    run = _Run(node, request, job, fault, trace, wire.stream_headers, wire.json_headers)
+    run = AgentRun(node, request, job, fault, trace, wire.stream_headers, wire.json_headers)
     if job.stream:
         stream = ResponsesStream(wire, head, draw, include_reasoning=parsed.include_reasoning,
                                  leading_text=prefix)
         return await run.stream(_ResponsesSink(stream, wire))
     result = await run.whole()
-    if isinstance(result, web.StreamResponse):
+    if not isinstance(result, Whole):
         return result
     if result.failed:
         return _json(wire.error_body(500, "InternalServerError", _INTERNAL, None), 500,
@@ -351,215 +327,3 @@ class _ResponsesSink:
 
     def failure(self, job: Job, last: Token | None) -> tuple[bytes, bool]:
         return b"", self.wire.aborts_on_error
-
-
-# ----------------------------------------------------------------------------- engine
-
-
-@dataclass(slots=True)
-class _Whole:
-    """A non-streaming generation's outcome."""
-
-    reasoning: str
-    content: str
-    finish_reason: str | None
-    completion_tokens: int
-    reasoning_tokens: int
-    failed: bool = False
-
-
-class _Sink(Protocol):
-    """What :class:`_Run` needs from an API's encoder (see the two sinks above)."""
-
-    def opening(self, job: Job) -> bytes:
-        """Bytes sent as soon as the stream opens."""
-
-    def first_step(self, job: Job) -> bytes:
-        """Bytes sent when the first engine step produces output."""
-
-    def token(self, token: Token) -> bytes:
-        """The events of one token (empty for invisible ones)."""
-
-    def ending(self, job: Job, last: Token | None, *, final: bool,
-               timings: Timings) -> bytes:
-        """The closing events (``final=False``: without the last one)."""
-
-    def failure(self, job: Job, last: Token | None) -> tuple[bytes, bool]:
-        """The bytes of an in-stream failure and whether the connection is then cut."""
-
-
-class _Run:
-    """One agent-API generation being served (one choice; the chat route's engine)."""
-
-    def __init__(self, node: Node, request: web.Request, job: Job, fault: Fault | None,
-                 trace: Trace | None, stream_headers: dict[str, str],
-                 json_headers: dict[str, str]) -> None:
-        self.node = node
-        self.request = request
-        self.job = job
-        self.fault = fault
-        self.stream_headers = stream_headers
-        self.json_headers = json_headers
-        self.accounting = Accounting(node, job.model)
-        self.sent = 0
-        self.resp: web.StreamResponse | None = None
-        script = node.behaviours.script(job.model, key=job.prompt, choice=0, trace=trace)
-        # sim-stall stalls while thinking; with thinking off it answers like the others.
-        self.stall_after = script.stall_after if job.spec.mode in _THINKING_MODES else None
-        self.tokens: Iterator[Token] = generate(script, job.spec)
-        self.started = time.monotonic()
-        self.first_token_at: float | None = None
-
-    def _is(self, kind: FaultKind) -> bool:
-        return self.fault is not None and self.fault.kind is kind
-
-    def _timings(self) -> Timings:
-        now = time.monotonic()
-        first = self.first_token_at if self.first_token_at is not None else now
-        return Timings(round((first - self.started) * 1000, 3), round((now - first) * 1000, 3))
-
-    async def _write(self, data: bytes) -> None:
-        if not data:
-            return
-        if self.resp is None:
-            raise RuntimeError("write before the stream was opened")
-        if client_gone(self.request):
-            raise ClientGoneError
-        await self.resp.write(data)
-
-    async def _abort(self) -> None:
-        """Hand every written byte to the OS (bounded), then cut the connection."""
-        transport = self.request.transport
-        for _ in range(200):
-            if transport is None or transport.is_closing() or (
-                    transport.get_write_buffer_size() == 0):
-                break
-            await asyncio.sleep(0.005)
-        if transport is not None:
-            transport.abort()
-
-    async def _guarded(self, body: Any) -> Any:
-        self.accounting.start(self.job)
-        gone = False
-        try:
-            return await body
-        except (ClientGoneError, ConnectionError):
-            gone = True
-            return self.resp if self.resp is not None else web.Response(status=499)
-        except asyncio.CancelledError:
-            gone = True
-            raise
-        finally:
-            self.accounting.end(disconnected=gone)
-
-    async def stream(self, sink: _Sink) -> web.StreamResponse:
-        result: web.StreamResponse = await self._guarded(self._stream(sink))
-        return result
-
-    async def whole(self) -> _Whole | web.StreamResponse:
-        result: _Whole | web.StreamResponse = await self._guarded(self._whole())
-        return result
-
-    async def _open(self) -> web.StreamResponse:
-        resp = web.StreamResponse(status=200, headers=self.stream_headers)
-        resp.enable_chunked_encoding()
-        await resp.prepare(self.request)
-        return resp
-
-    async def _stream(self, sink: _Sink) -> web.StreamResponse:
-        self.resp = await self._open()
-        if self._is(FaultKind.INVALID_SSE):
-            await self._write(_INVALID_SSE)
-            await self.resp.write_eof()
-            return self.resp
-        await self._write(sink.opening(self.job))
-        if self._is(FaultKind.SLOW_FIRST_TOKEN) and self.fault is not None:
-            await wait_or_gone(self.request, self.fault.delay)
-        pacer = Pacer(self.request, self.node.config.tokens_per_second)
-        last: Token | None = None
-        first = True
-        for token in self.tokens:
-            if first:
-                await self._write(sink.first_step(self.job))
-                self.first_token_at = time.monotonic()
-                first = False
-            self.accounting.token(token)
-            last = token
-            data = sink.token(token)
-            if data:
-                await self._write(data)
-                stop = await self._after_event()
-                if stop == "error":
-                    self.accounting.fail()
-                    tail, abort = sink.failure(self.job, last)
-                    await self._write(tail)
-                    if abort:
-                        await self._abort()
-                        return self.resp
-                    await self.resp.write_eof()
-                    return self.resp
-                if stop == "cut":
-                    await self.resp.write_eof()
-                    return self.resp
-            if token.finish_reason is not None:
-                break
-            await pacer.step()
-        if first:  # nothing was generated (max_tokens already reached)
-            await self._write(sink.first_step(self.job))
-        final = not self._is(FaultKind.NO_DONE)
-        await self._write(sink.ending(self.job, last, final=final, timings=self._timings()))
-        await self.resp.write_eof()
-        return self.resp
-
-    async def _after_event(self) -> str | None:
-        """Apply stalls and mid-stream faults after a text event; ``"error"`` or ``"cut"``
-        ends the stream."""
-        self.sent += 1
-        if self.stall_after is not None and self.sent >= self.stall_after:
-            await wait_or_gone(self.request, None)
-        fault = self.fault
-        if fault is None or self.sent < fault.after:
-            return None
-        if fault.kind is FaultKind.RESET_MID_STREAM:
-            await self._abort()
-            raise ClientGoneError
-        if fault.kind is FaultKind.STALL_MID_STREAM:
-            await wait_or_gone(self.request, None)
-        if fault.kind is FaultKind.ERROR_MID_STREAM:
-            return "error"
-        if fault.kind is FaultKind.NO_DONE and fault.after_given:
-            return "cut"
-        return None
-
-    async def _whole(self) -> _Whole | web.StreamResponse:
-        if self._is(FaultKind.SLOW_FIRST_TOKEN) and self.fault is not None:
-            await wait_or_gone(self.request, self.fault.delay)
-        pacer = Pacer(self.request, self.node.config.tokens_per_second)
-        texts: dict[Channel, list[str]] = {Channel.REASONING: [], Channel.CONTENT: []}
-        last: Token | None = None
-        for token in self.tokens:
-            self.accounting.token(token)
-            last = token
-            if token.channel is not Channel.SPECIAL and token.text:
-                texts[token.channel].append(token.text)
-                self.sent += 1
-                if self.stall_after is not None and self.sent >= self.stall_after:
-                    await wait_or_gone(self.request, None)
-                if self.fault is not None and self.sent >= self.fault.after:
-                    if self.fault.kind is FaultKind.ERROR_MID_STREAM:
-                        self.accounting.fail()
-                        return _Whole("", "", None, 0, 0, failed=True)
-                    if self.fault.kind is FaultKind.RESET_MID_STREAM:
-                        await self._abort()
-                        raise ClientGoneError
-                    if self.fault.kind is FaultKind.STALL_MID_STREAM:
-                        await wait_or_gone(self.request, None)
-            if token.finish_reason is not None:
-                break
-            await pacer.step()
-        if self._is(FaultKind.INVALID_SSE):
-            return web.Response(status=200, body=_INVALID_SSE, headers=self.json_headers)
-        return _Whole("".join(texts[Channel.REASONING]), "".join(texts[Channel.CONTENT]),
-                      last.finish_reason if last else None,
-                      last.completion_tokens if last else 0,
-                      last.reasoning_tokens if last else 0)
