@@ -7,8 +7,9 @@ says how one server writes each event and body. This module holds vLLM's;
 :mod:`~sidecar.simulator.wires_messages` the other servers'.
 
 :class:`VllmMessages` (vLLM 0.32.0) is **verified against real bytes**
-(``tests/data/captures/vllm-0.32.0-agent-apis``): ``exclude_unset`` events with ``index``
-last, ``signature_delta`` (32 random hex) before a thinking block closes,
+(``tests/data/captures/vllm-0.32.0-agent-apis`` and ``…-agent-apis-recorded``):
+``exclude_unset`` events with ``index`` last, ``signature_delta`` (32 random hex) before a
+thinking block closes and the text block opens at the next index,
 ``message_start`` usage from the first chunk, final usage in ``message_delta``; the
 non-streaming body drops nulls (no ``stop_sequence``). The in-stream error (a lone
 ``event: error`` carrying pydantic's text) is rebuilt by running vLLM's own model on the

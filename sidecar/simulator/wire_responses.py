@@ -8,14 +8,15 @@ the non-streaming body. This module holds vLLM's; :mod:`~sidecar.simulator.wires
 the other servers'.
 
 :class:`VllmResponses` (vLLM 0.32.0) is **verified against real bytes**
-(``tests/data/captures/vllm-0.32.0-agent-apis``): ``created`` and ``in_progress`` first,
-event keys in the openai models' (alphabetical) order with ``type`` last,
-``sequence_number`` from 0 over every event, every null written, the reasoning item
-``status: null`` in a non-streaming body, ``length`` → ``status: "incomplete"`` with
+(``tests/data/captures/vllm-0.32.0-agent-apis`` and ``…-agent-apis-recorded``):
+``created`` and ``in_progress`` first, event keys in the openai models' (alphabetical)
+order with ``type`` last, ``sequence_number`` from 0 over every event, every null written,
+a reasoning item closed before the message opens at the next ``output_index``, the
+reasoning item ``status: null`` in a non-streaming body, ``include_reasoning: false``
+(no reasoning item, tokens still counted), ``length`` → ``status: "incomplete"`` with
 ``incomplete_details.reason: "max_output_tokens"`` under a ``response.completed`` event.
-⚠ Not captured, from vLLM's source: a reasoning-then-text stream (the same events as the
-captured two, the message at ``output_index`` 1), ``include_reasoning: false`` (no
-reasoning item), function-tool echoes (openai 3.63's ``FunctionTool`` fields).
+⚠ From vLLM's source only: the echo of function tools (openai 3.63's ``FunctionTool``
+fields) and of ``text``.
 """
 
 from __future__ import annotations

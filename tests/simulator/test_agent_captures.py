@@ -1,7 +1,8 @@
 """The agent APIs of the simulator against real bytes (copies in tests/data/captures).
 
-The model behind the captures is the e2e suite's tiny loop model (tests/e2e/tiny_model.py);
-the node replays its exact text (``sim-replay`` under its served name), so every byte must
+The models behind the captures are the e2e suite's tiny loop and healthy models
+(tests/e2e/tiny_model.py; the shared captures and those recorded here); the node replays
+their exact text (``sim-replay`` under the served name), so every byte must
 match except what a server draws afresh for each request, normalized here:
 
 - ids (``chatcmpl-``, ``resp_``, ``rs_``, ``msg_`` + random digits) become ``<id:N>``,
@@ -188,6 +189,54 @@ def test_the_stream_ends_without_done_and_counts_every_token() -> None:
     assert messages.count(b'"type":"thinking_delta"') == 119
     assert responses.count(b"event: response.reasoning_text.delta\n") == 119
     assert messages.index(b'"signature_delta"') < messages.index(b"content_block_stop")
+
+
+# ------------------------------------------------------- recorded here (healthy model)
+
+RECORDED = DATA / "vllm-0.32.0-agent-apis-recorded"
+RECORDED_CASES = orjson.loads((RECORDED / "manifest.json").read_bytes())["captures"]
+
+
+@pytest.fixture
+def healthy_trace(tmp_path: Path) -> Path:
+    """The tiny healthy model as a replay trace: its thought, then its answer."""
+    path = tmp_path / "tiny_healthy.jsonl"
+    text = f"<think>{TINY.HEALTHY_THOUGHT}</think>\n\n{TINY.ANSWER_EN}"
+    path.write_bytes(orjson.dumps({"id": "tiny-healthy", "text": text}) + b"\n")
+    return path
+
+
+@pytest.mark.parametrize("case", RECORDED_CASES, ids=[c["file"] for c in RECORDED_CASES])
+async def test_vllm_recorded_bytes(sim: SimFactory, healthy_trace: Path,
+                                   case: dict[str, Any]) -> None:
+    """Thinking then text on both APIs, hidden reasoning, ids from the request, count_tokens
+    with thinking off, unknown ids and models, limits: vLLM's bytes, up to fresh draws."""
+    client = await _node(sim, healthy_trace, "tiny-healthy")
+    off = {"model": "tiny-healthy", "messages": [{"role": "user", "content": PROMPT}],
+           "thinking": {"type": "disabled"}}
+    ours_off = orjson.loads(await (await client.post("/v1/messages/count_tokens",
+                                                     json=off)).read())["input_tokens"]
+    theirs_off = orjson.loads((RECORDED / "messages_count_tokens_thinking_disabled.json")
+                              .read_bytes())["input_tokens"]
+    delta = theirs_off - ours_off
+    assert delta == 14
+    if case["method"] == "GET":
+        resp = await client.get(case["path"])
+    else:
+        resp = await client.post(case["path"], json=case["request"], headers=case["headers"])
+    ours = await resp.read()
+    theirs = (RECORDED / case["file"]).read_bytes()
+    assert resp.status == case["status"]
+    if "unknown_model" in case["file"]:  # the node serves the sim-* names besides
+        models = orjson.loads(await (await client.get("/v1/models")).read())["data"]
+        aliases = ", ".join(m["id"] for m in models)
+        assert "tiny-healthy" in aliases
+        theirs = theirs.replace(b"Valid aliases: tiny-healthy.",
+                                f"Valid aliases: {aliases}.".encode())
+    assert _vllm_normalize(ours) == _shift(delta)(_vllm_normalize(theirs))
+    wanted = _headers(RECORDED / f"{case['file']}.headers.txt")
+    for name in ("server", "content-type", "vary", "transfer-encoding"):
+        assert resp.headers.get(name) == wanted.get(name), name
 
 
 # --------------------------------------------------------------------- rebuilt errors
