@@ -45,10 +45,12 @@ DIALECT_NAMES: tuple[DialectName, ...] = get_args(DialectName)
 DialectChoice = Literal[DialectName, "auto"]
 """A dialect, or ``auto``: probe the upstream once at start-up."""
 
-WatchedRoute = Literal["chat", "completions"]
+WatchedRoute = Literal["chat", "completions", "messages", "responses"]
 """The route label of a watched request: its API's family of requests. ``chat`` is
 ``POST /v1/chat/completions`` and Ollama's ``POST /api/chat``; ``completions`` is
-``POST /v1/completions`` and Ollama's ``POST /api/generate``."""
+``POST /v1/completions`` and Ollama's ``POST /api/generate``; ``messages`` is Anthropic's
+``POST /v1/messages`` (Claude Code); ``responses`` is OpenAI's ``POST /v1/responses``
+(Codex, the Agents SDK)."""
 Route = Literal[WatchedRoute, "passthrough"]
 """The ``route`` label of request metrics: a watched route, or ``passthrough`` for every
 other method and path."""

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from detectors import Verdict
@@ -62,6 +62,9 @@ class RequestFacts:
     hide_reasoning: bool = False
     #: A ``salvage`` step can continue this request from its own reasoning.
     salvageable: bool = False
+    #: The client's own request fields a reissue changes but the client must see as it
+    #: sent them (the Responses API echoes ``reasoning`` in its response objects).
+    echo: Mapping[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,21 +91,36 @@ class Splicer(abc.ABC):
     exchange): what the client sees when a stream is cut, a reissue follows, the ladder
     ends the response, or an error arrives after the response started. Each method
     returns the bytes for a streaming client, or, with a :class:`Fold`, adds the same to
-    it and returns ``b""``."""
+    it and returns ``b""``.
+
+    ``marks`` collects what identifies, in a later request's history, the reasoning the
+    client got from a cut attempt (a thinking block's signature, a reasoning item's id,
+    a digest of the text): the I/O layer keeps each in the runaway memory, and the API's
+    :meth:`WireApi.clean_history` replaces that reasoning when it comes back."""
+
+    def __init__(self) -> None:
+        self.marks: list[str] = []
+
+    def take_marks(self) -> list[str]:
+        """The marks of the cuts since the last call."""
+        marks, self.marks = self.marks, []
+        return marks
 
     @abc.abstractmethod
-    def cut(self, verdict: Verdict, action: str, attempt: int, inline_open: Sequence[int],
-            *, wall: float) -> bytes:
-        """A cut, after which a reissue follows: a marker, and whatever closes what the
-        cut left open (``inline_open``: client choices inside an inline ``<think>``).
-        ``wall`` is the time of day (seconds since the epoch)."""
+    def cut(self, attempt: Attempt, verdict: Verdict, action: str, number: int,
+            open_choices: Sequence[int], *, wall: float) -> bytes:
+        """``attempt`` (number ``number``) was cut and a reissue follows: a marker, and
+        whatever closes what the cut left open of the client's ``open_choices``. ``wall``
+        is the time of day (seconds since the epoch)."""
 
     @abc.abstractmethod
-    def end(self, verdict: Verdict, action: str, attempt: int, open_choices: Sequence[int],
-            totals: Totals, *, usage: bool, elapsed: float, wall: float) -> bytes:
-        """The ladder is over: end every open choice as cut at the length limit, with the
-        usage of every attempt (``usage``: the client asked for usage; ``elapsed``: the
-        exchange's seconds so far)."""
+    def end(self, attempt: Attempt, verdict: Verdict, action: str, number: int,
+            open_choices: Sequence[int], totals: Totals, *, usage: bool, elapsed: float,
+            wall: float) -> bytes:
+        """``attempt`` was cut and the ladder is over: close what it left open and end
+        every open choice as cut at the length limit, with the usage of every attempt
+        (``usage``: the client asked for usage; ``elapsed``: the exchange's seconds so
+        far)."""
 
     @abc.abstractmethod
     def error(self, err: UpstreamError) -> bytes:
@@ -198,8 +216,35 @@ class WireApi(abc.ABC):
                 fold: Fold | None) -> Attempt:
         """One upstream attempt's decoder and bookkeeping."""
 
+    # -- history -----------------------------------------------------------------------
+
+    def history_marks(self, body: Mapping[str, Any]) -> list[str]:
+        """The marks (see :class:`Splicer`) of the reasoning this request's history
+        carries back, for the runaway memory to recall."""
+        return []
+
+    def clean_history(self, body: Mapping[str, Any], cut: set[str]) -> dict[str, Any]:
+        """``body`` with the reasoning whose marks are in ``cut`` replaced by
+        :data:`CUT_NOTE`: a looped block fed back could start the loop again."""
+        return dict(body)
+
+    def watchable(self, body: Mapping[str, Any]) -> bool:
+        """Whether this request can be watched at all (else it is passed through)."""
+        return True
+
     # -- errors ------------------------------------------------------------------------
 
     @abc.abstractmethod
-    def error_body(self, err: UpstreamError) -> bytes:
-        """The JSON error body a client of this API gets before its response started."""
+    def error_body(self, status: int, message: str, error_type: str,
+                   param: str | None = None) -> bytes:
+        """The JSON error body, in this API's shape, that a client gets before its
+        response started, for an error of the sidecar's own or the upstream's."""
+
+    def upstream_error_body(self, err: UpstreamError) -> bytes:
+        """:meth:`error_body` for ``err``."""
+        return self.error_body(err.status, str(err), err.error_type)
+
+
+CUT_NOTE = ("[runaway-sidecar: this reasoning repeated itself and was cut; it is left out "
+            "so that the loop does not start again]")
+"""What replaces cut reasoning when a client sends it back in a later request."""

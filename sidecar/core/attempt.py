@@ -16,6 +16,7 @@ request.
 from __future__ import annotations
 
 import abc
+import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -26,6 +27,8 @@ from sidecar.core.events import Done, Finish, StreamError, TextDelta, ToolCallDe
 
 MAX_KEPT_REASONING = 32 * 1024  # characters of reasoning kept per choice for salvage
 _KEEP_JOIN = 64  # kept reasoning deltas are joined into one string this often
+#: Characters of a choice's reasoning that, with its length, identify it (``reasoning_mark``).
+MARK_HEAD = 256
 
 
 @dataclass(slots=True)
@@ -38,6 +41,10 @@ class ChoiceState:
     content_tokens: int = 0
     reasoning: list[str] = field(default_factory=list)
     reasoning_chars: int = 0
+    #: All reasoning characters seen, and the first ``MARK_HEAD`` of them: enough to
+    #: recognize this reasoning when a client sends it back (``reasoning_mark``).
+    reasoning_seen: int = 0
+    reasoning_head: str = ""
 
     def keep_reasoning(self, text: str) -> None:
         """Keep a thinking delta for salvage, up to ``MAX_KEPT_REASONING`` characters.
@@ -231,6 +238,10 @@ class Attempt(abc.ABC):
         self.counted_tokens += tokens
         if channel == THINKING:
             state.thinking_tokens += tokens
+            seen = state.reasoning_seen
+            if seen < MARK_HEAD:
+                state.reasoning_head += text
+            state.reasoning_seen = seen + len(text)
             if self.keeps_reasoning:
                 state.keep_reasoning(text)
         else:
@@ -261,3 +272,17 @@ class Attempt(abc.ABC):
                 self.done = True
             elif kind is ToolCallDelta:
                 self._state(item.index)
+
+
+def reasoning_mark(length: int, head: str) -> str:
+    """The mark of a reasoning text of ``length`` characters that starts with ``head``
+    (its first ``MARK_HEAD`` characters): a digest, so that the runaway memory keeps no
+    text. Two different reasonings share a mark only if they start alike for 256
+    characters and have the same length."""
+    key = f"{length}:{head[:MARK_HEAD]}".encode("utf-8", "surrogatepass")
+    return "r" + hashlib.blake2b(key, digest_size=16).hexdigest()
+
+
+def text_mark(text: str) -> str:
+    """:func:`reasoning_mark` of a whole text a client sent back."""
+    return reasoning_mark(len(text), text[:MARK_HEAD])

@@ -5,6 +5,9 @@ With ``policy.redis_url`` set, every node reads and writes the same Redis:
 
 - ``{prefix}:runaway:{fingerprint}``: a key with a TTL (``memory.ttl_seconds``) per prompt
   fingerprint that ran away; only the digest is stored, never the prompt;
+- ``{prefix}:runaway:cut:{mark}``: the same, per piece of reasoning a cut left with a
+  client (a thinking block's signature, a reasoning item's id, a digest of the text), so
+  that it is cleaned out of a later request's history on any node;
 - ``{prefix}:thinking:{key}``: a list of the last ``window`` healthy thinking lengths per
   model and rule, trimmed on every push and expiring after ``policy.redis_ttl_seconds``.
 
@@ -83,6 +86,27 @@ class Fleet:
             return False
         if found:
             self.memory.remember(fingerprint, now)
+        return found
+
+    async def recalled(self, keys: list[str], now: float) -> set[str]:
+        """Which of ``keys`` ran away (or were cut) recently, on any node: one Redis round
+        trip for the ones this node does not know."""
+        found = {key for key in keys if self.memory.recalls(key, now)}
+        unknown = [key for key in keys if key not in found]
+        if not unknown or self._redis is None:
+            return found
+        try:
+            async with self._redis.pipeline(transaction=False) as pipe:
+                for key in unknown:
+                    pipe.exists(f"{self._prefix}:runaway:{key}")
+                answers = await pipe.execute()
+        except Exception as exc:  # noqa: BLE001 - any Redis failure means: use local memory
+            self._failed("recall", exc)
+            return found
+        for key, answer in zip(unknown, answers, strict=True):
+            if answer:
+                found.add(key)
+                self.memory.remember(key, now)
         return found
 
     async def remember(self, fingerprint: str, now: float) -> None:

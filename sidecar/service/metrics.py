@@ -51,6 +51,7 @@ from sidecar.labels import (
     ReloadResult,
     Route,
     UpstreamErrorKind,
+    WatchedRoute,
     WatchMode,
 )
 
@@ -253,6 +254,11 @@ class Metrics:
             "client_disconnects", "Clients that went away before the response ended.", ("route",)
         )
         self._policy = counter("policy_decisions", "Policy decisions, by deciding rule.", ("rule",))
+        self._history = counter(
+            "history_cleaned",
+            "Pieces of cut reasoning a client sent back in a later request, replaced by a note.",
+            ("route",),
+        )
         self._reloads = counter(
             "config_reloads", "Config reloads (SIGHUP), by result.", ("result",)
         )
@@ -286,6 +292,8 @@ class Metrics:
             self._reloads.labels(result=result)
         for route in get_args(Route):
             self._disconnects.labels(route=route)
+        for watched in get_args(WatchedRoute):
+            self._history.labels(route=watched)
         for model in sorted({*self._model.exact, OTHER}):
             self._exhausted.labels(model=model)
 
@@ -371,6 +379,10 @@ class Metrics:
     def client_disconnect(self, route: Route) -> None:
         """Once per request whose client went away before the response ended."""
         self._disconnects.labels(route=route).inc()
+
+    def history_cleaned(self, route: WatchedRoute, pieces: int) -> None:
+        """A request's history carried back ``pieces`` of reasoning the sidecar had cut."""
+        self._history.labels(route=route).inc(pieces)
 
     def policy_decision(self, rule: str) -> None:
         """Once per request that a policy rule decided (named in the config)."""

@@ -17,7 +17,6 @@ from sidecar.config import Config, ThinkingOffRule
 from sidecar.core.attempt import Attempt, AttemptSpec
 from sidecar.core.bodies import prompt_fingerprint, thinking_disabled, with_thinking_off
 from sidecar.dialects import Dialect
-from sidecar.errors import UpstreamError
 from sidecar.labels import Thinking
 from sidecar.policy.rules import RequestView
 
@@ -74,5 +73,6 @@ class LineApi(WireApi):
         assert isinstance(splicer, LineSplicer)
         return LineAttempt(self.kind, spec, splicer, fold)
 
-    def error_body(self, err: UpstreamError) -> bytes:
-        return orjson.dumps({"error": str(err)})
+    def error_body(self, status: int, message: str, error_type: str,
+                   param: str | None = None) -> bytes:
+        return orjson.dumps({"error": message})

@@ -17,7 +17,7 @@ from detectors import Verdict
 from sidecar.apis.base import Splicer
 from sidecar.apis.ollama.fold import Folder
 from sidecar.apis.ollama.lines import LineKind, created_at, error_line, final_line, line, text_line
-from sidecar.core.attempt import Totals
+from sidecar.core.attempt import Attempt, Totals
 from sidecar.errors import UpstreamError
 
 
@@ -27,6 +27,7 @@ class LineSplicer(Splicer):
     stays invisible), else the request's."""
 
     def __init__(self, kind: LineKind, fold: Folder | None, *, model: str | None) -> None:
+        super().__init__()
         self.kind = kind
         self.fold = fold
         self.client_model: Any = model
@@ -43,14 +44,15 @@ class LineSplicer(Splicer):
             return b""
         return line(obj)
 
-    def cut(self, verdict: Verdict, action: str, attempt: int, inline_open: Sequence[int],
-            *, wall: float) -> bytes:
-        if not inline_open:
+    def cut(self, attempt: Attempt, verdict: Verdict, action: str, number: int,
+            open_choices: Sequence[int], *, wall: float) -> bytes:
+        if not attempt.inline_open(0):
             return b""
         return self._out(text_line(self.kind, self.client_model, created_at(wall), "</think>"))
 
-    def end(self, verdict: Verdict, action: str, attempt: int, open_choices: Sequence[int],
-            totals: Totals, *, usage: bool, elapsed: float, wall: float) -> bytes:
+    def end(self, attempt: Attempt, verdict: Verdict, action: str, number: int,
+            open_choices: Sequence[int], totals: Totals, *, usage: bool, elapsed: float,
+            wall: float) -> bytes:
         return self._out(final_line(
             self.kind, self.client_model, created_at(wall), done_reason="length",
             prompt_tokens=totals.prompt_tokens, completion_tokens=totals.completion_tokens,

@@ -16,7 +16,7 @@ from sidecar.config import Config, ThinkingOffRule
 from sidecar.core.attempt import Attempt, AttemptSpec
 from sidecar.core.bodies import with_thinking_off
 from sidecar.dialects import Dialect
-from sidecar.errors import UpstreamError, upstream_error_body
+from sidecar.errors import error_body
 from sidecar.labels import Thinking
 from sidecar.policy.rules import RequestView
 
@@ -74,5 +74,6 @@ class ChunkApi(WireApi):
         assert isinstance(splicer, ChunkSplicer)
         return ChunkAttempt(self.kind, spec, facts, splicer, fold)
 
-    def error_body(self, err: UpstreamError) -> bytes:
-        return upstream_error_body(err)
+    def error_body(self, status: int, message: str, error_type: str,
+                   param: str | None = None) -> bytes:
+        return error_body(message, error_type, status, param)

@@ -24,7 +24,7 @@ and then parses only the text string of a payload with the same bytes around it 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 import orjson
 
@@ -40,12 +40,11 @@ from sidecar.core.events import (
     ToolCallDelta,
     Usage,
 )
-from sidecar.labels import WatchedRoute
 
-ChunkKind = WatchedRoute
-"""Which of the two OpenAI APIs a stream belongs to (named as their routes): text in
-``delta.content`` and reasoning in ``delta.reasoning``/``delta.reasoning_content``
-(``chat``), or in ``text`` (``completions``)."""
+ChunkKind = Literal["chat", "completions"]
+"""Which of the two OpenAI chunk-streaming APIs a stream belongs to (named as their
+routes): text in ``delta.content`` and reasoning in ``delta.reasoning`` or
+``delta.reasoning_content`` (``chat``), or in ``text`` (``completions``)."""
 
 
 class _Choice:

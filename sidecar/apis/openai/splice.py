@@ -21,7 +21,7 @@ from detectors import Verdict
 from sidecar.apis.base import Splicer
 from sidecar.apis.openai.chunks import ChunkKind
 from sidecar.apis.openai.fold import Aggregator
-from sidecar.core.attempt import Totals
+from sidecar.core.attempt import MARK_HEAD, Attempt, Totals, reasoning_mark
 from sidecar.errors import UpstreamError, upstream_error_body
 
 DONE_EVENT = b"data: [DONE]\n\n"
@@ -158,16 +158,20 @@ class ChunkSplicer(Splicer):
     sees the marker comment, a ``</think>`` for choices left inside an inline block, and
     at the end ``length`` finishes, the summed usage and ``[DONE]``; a non-streaming
     client's :class:`Aggregator` gets the same finishes and usage (no marker and no
-    ``</think>``: its body carries ``X-Runaway-*`` headers instead).
-    """
+    ``</think>``: its body carries ``X-Runaway-*`` headers instead). Each cut marks the
+    reasoning each client choice holds so far (:func:`reasoning_mark`), which is what a
+    client sends back as ``reasoning``/``reasoning_content`` in a later request."""
 
     def __init__(self, kind: ChunkKind, fold: Aggregator | None, *, request_id: str,
                  model: str | None) -> None:
+        super().__init__()
         self.kind = kind
         self.fold = fold
         self.head: Head | None = None
         self._request_id = request_id
         self._model = model
+        # Client choice -> (characters, first characters) of its reasoning so far.
+        self._reasoning: dict[int, tuple[int, str]] = {}
 
     def ensure_head(self, wall: float) -> Head:
         """The head, made from the request when no chunk arrived before the cut."""
@@ -176,18 +180,35 @@ class ChunkSplicer(Splicer):
             self.head = Head(f"{prefix}-{self._request_id}", int(wall), self._model, self.kind)
         return self.head
 
-    def cut(self, verdict: Verdict, action: str, attempt: int, inline_open: Sequence[int],
-            *, wall: float) -> bytes:
+    def _mark(self, attempt: Attempt) -> None:
+        """Mark what each client choice holds of reasoning once ``attempt`` is cut."""
+        for index, state in attempt.choices.items():
+            if not state.reasoning_seen:
+                continue
+            client = attempt.index_map.get(index, index)
+            seen, head = self._reasoning.get(client, (0, ""))
+            if seen < MARK_HEAD:
+                head += state.reasoning_head
+            seen += state.reasoning_seen
+            self._reasoning[client] = (seen, head[:MARK_HEAD])
+            self.marks.append(reasoning_mark(seen, head))
+
+    def cut(self, attempt: Attempt, verdict: Verdict, action: str, number: int,
+            open_choices: Sequence[int], *, wall: float) -> bytes:
         head = self.ensure_head(wall)
+        self._mark(attempt)
         if self.fold is not None:
             return b""
-        parts = [comment(verdict, action, attempt)]
-        parts += [content_chunk(head, i, "</think>") for i in inline_open]
+        parts = [comment(verdict, action, number)]
+        parts += [content_chunk(head, i, "</think>") for i in open_choices
+                  if attempt.inline_open(i)]
         return b"".join(parts)
 
-    def end(self, verdict: Verdict, action: str, attempt: int, open_choices: Sequence[int],
-            totals: Totals, *, usage: bool, elapsed: float, wall: float) -> bytes:
+    def end(self, attempt: Attempt, verdict: Verdict, action: str, number: int,
+            open_choices: Sequence[int], totals: Totals, *, usage: bool, elapsed: float,
+            wall: float) -> bytes:
         head = self.ensure_head(wall)
+        self._mark(attempt)
         fold = self.fold
         if fold is not None:
             for index in open_choices:
@@ -196,7 +217,7 @@ class ChunkSplicer(Splicer):
             if not fold.head:
                 fold.head = {"id": head.id, "created": head.created, "model": head.model}
             return b""
-        parts = [comment(verdict, action, attempt)]
+        parts = [comment(verdict, action, number)]
         parts += [finish_chunk(head, i, "length") for i in open_choices]
         if usage:
             parts.append(usage_chunk(head, totals.usage()))
