@@ -9,12 +9,26 @@ format-specific stays in the module.
 from __future__ import annotations
 
 from sidecar.apis.base import WireApi
+from sidecar.apis.messages.api import MESSAGES
 from sidecar.apis.ollama.chat import OLLAMA_CHAT
 from sidecar.apis.ollama.generate import OLLAMA_GENERATE
 from sidecar.apis.openai.chat import CHAT
 from sidecar.apis.openai.completions import COMPLETIONS
+from sidecar.apis.responses.api import RESPONSES
 
 #: Every watched API, in the order its route is registered.
-REGISTRY: tuple[WireApi, ...] = (CHAT, COMPLETIONS, OLLAMA_CHAT, OLLAMA_GENERATE)
+REGISTRY: tuple[WireApi, ...] = (CHAT, COMPLETIONS, MESSAGES, RESPONSES, OLLAMA_CHAT,
+                                 OLLAMA_GENERATE)
 
-__all__ = ["REGISTRY", "WireApi"]
+
+def api_for_path(path: str) -> WireApi | None:
+    """The watched API whose path ``path`` is, or lies under (``/v1/messages/count_tokens``
+    is Anthropic's, ``/v1/responses/{id}`` OpenAI's): whose error shape an error on that
+    path takes."""
+    for api in REGISTRY:
+        if path == api.path or path.startswith(api.path + "/"):
+            return api
+    return None
+
+
+__all__ = ["REGISTRY", "WireApi", "api_for_path"]

@@ -40,6 +40,7 @@ from aiohttp.typedefs import Handler
 from yarl import URL
 
 from detectors import DetectorConfig, Verdict
+from sidecar.apis import api_for_path
 from sidecar.apis.base import Fold, Splicer, WireApi
 from sidecar.codecs.http1 import ProtocolError
 from sidecar.config import Config
@@ -56,7 +57,6 @@ from sidecar.errors import (
     UpstreamTimeoutError,
     error_body,
     map_upstream_exception,
-    upstream_error_body,
 )
 from sidecar.labels import LadderStep, Outcome, ReissueOutcome
 from sidecar.net.fleet import Fleet
@@ -70,6 +70,9 @@ from sidecar.service.metrics import Metrics
 log = structlog.get_logger("runaway_sidecar")
 
 _STALL_GRANULARITY = 1.0  # seconds; the stall deadline is pushed back at most this often
+#: Runaway-memory keys of the marks of cut reasoning (``Splicer.marks``), apart from the
+#: prompt fingerprints.
+CUT_PREFIX = "cut:"
 
 
 class _InternalError(UpstreamError):
@@ -183,7 +186,7 @@ class Proxy:
         handler already read it."""
         started = time.monotonic()
         if not request.raw_path.startswith("/"):
-            return _json_error(400, "request target must be a path", "BadRequestError")
+            return _json_error(None, 400, "request target must be a path", "BadRequestError")
         data: Any = body
         timed: _TimedBody | None = None
         if body is None and request.body_exists:
@@ -223,13 +226,13 @@ class Proxy:
                 raise asyncio.CancelledError from None
             if timed is not None and timed.timed_out and resp is None:
                 outcome = "rejected"  # the client's body stalled, not the upstream
-                return _body_timeout_response()
+                return _body_timeout_response(api_for_path(request.path))
             err = map_upstream_exception(exc, headers_received=resp is not None)
             self.metrics.upstream_error(err.kind)
             outcome = "upstream_error"
             if resp is None:
-                return web.Response(status=err.status, body=upstream_error_body(err),
-                                    content_type="application/json")
+                return _json_error(api_for_path(request.path), err.status, str(err),
+                                   err.error_type)
             # Headers are gone and the body is not ours to frame: cut the connection
             # so the client sees a truncated response rather than a silent short one.
             if request.transport is not None:
@@ -276,11 +279,11 @@ class Proxy:
             raw = await self._read_body(request, cfg)
         except RequestTooLarge:
             self.metrics.request_done(route, "rejected")
-            return _json_error(413, f"request body exceeds {cfg.max_body_bytes} bytes",
+            return _json_error(api, 413, f"request body exceeds {cfg.max_body_bytes} bytes",
                                "RequestTooLargeError")
         except ClientBodyTimeout:
             self.metrics.request_done(route, "rejected")
-            return _body_timeout_response()
+            return _body_timeout_response(api)
         try:
             body = orjson.loads(raw)
         except orjson.JSONDecodeError:
@@ -288,12 +291,25 @@ class Proxy:
         if not isinstance(body, dict) or not watchable(raw, body):
             # Not ours to judge: vLLM answers malformed requests with its own 400.
             return await self.passthrough(request, raw)
+        if not api.watchable(body):
+            return await self.passthrough(request, raw)
+        marks = api.history_marks(body)
+        if marks:
+            cut = await self.fleet.recalled([CUT_PREFIX + m for m in marks],
+                                            asyncio.get_running_loop().time())
+            if cut:
+                body = api.clean_history(body, {m.removeprefix(CUT_PREFIX) for m in cut})
+                raw = orjson.dumps(body)
+                self.metrics.history_cleaned(route, len(cut))
+                log.info("history_cleaned", path=request.path, pieces=len(cut),
+                         request_id=request.headers.get("X-Request-Id", ""))
         model = body.get("model") if isinstance(body.get("model"), str) else None
         planned = plan(cfg, api, body, request.headers, policy,
                        self.metrics.model_label(model))
         if isinstance(planned, Refusal):
             self.metrics.request_done(route, "rejected", model)
-            return _json_error(400, planned.message, "BadRequestError", param=planned.param)
+            return _json_error(api, 400, planned.message, "BadRequestError",
+                               param=planned.param)
         if planned.mode == "off":
             return await self.passthrough(request, raw)
         decision = planned.decision
@@ -432,8 +448,9 @@ class Proxy:
                     self.metrics.ladder_exhausted(ex.model)
                 sink.cut(nxt.action)
                 await sink.write(splicer.end(
-                    verdict, nxt.action, ex.attempts - 1, nxt.open_choices, earlier,
+                    attempt, verdict, nxt.action, number, nxt.open_choices, earlier,
                     usage=facts.usage, elapsed=loop.time() - ex.started, wall=time.time()))
+                await self._remember_marks(splicer, loop.time())
                 return
             assert nxt.step is not None
             body = orjson.loads(raw)
@@ -449,9 +466,15 @@ class Proxy:
             index_map = dict(enumerate(nxt.open_choices))
             action = f"reissue:{nxt.step}"
             sink.cut("reissue")
-            await sink.write(splicer.cut(
-                verdict, action, ex.attempts - 1,
-                [i for i in nxt.open_choices if attempt.inline_open(i)], wall=time.time()))
+            await sink.write(splicer.cut(attempt, verdict, action, number, nxt.open_choices,
+                                         wall=time.time()))
+            await self._remember_marks(splicer, loop.time())
+
+    async def _remember_marks(self, splicer: Splicer, now: float) -> None:
+        """Keep the marks of what a cut left with the client (``Splicer.marks``), so that
+        a later request carrying that reasoning back gets it replaced."""
+        for mark in splicer.take_marks():
+            await self.fleet.remember(CUT_PREFIX + mark, now)
 
     async def _fail(self, ex: Exchange, nxt: Next, err: UpstreamError, splicer: Splicer,
                     sink: Sink) -> None:
@@ -666,15 +689,16 @@ def _in_stream_error(message: str, code: int | None) -> UpstreamError:
     return err
 
 
-def _body_timeout_response() -> web.Response:
-    resp = _json_error(408, "request body not received in time", "RequestTimeoutError")
+def _body_timeout_response(api: WireApi | None) -> web.Response:
+    resp = _json_error(api, 408, "request body not received in time", "RequestTimeoutError")
     resp.force_close()  # the rest of the body may still trickle in: do not read it
     return resp
 
 
-
-
-def _json_error(status: int, message: str, error_type: str,
+def _json_error(api: WireApi | None, status: int, message: str, error_type: str,
                 param: str | None = None) -> web.Response:
-    return web.Response(status=status, body=error_body(message, error_type, status, param),
-                        content_type="application/json")
+    """An error of the sidecar's own (or an upstream failure before any answer) in the
+    shape of ``api``'s errors; OpenAI's on paths of no watched API."""
+    body = (api.error_body(status, message, error_type, param) if api is not None
+            else error_body(message, error_type, status, param))
+    return web.Response(status=status, body=body, content_type="application/json")

@@ -48,7 +48,7 @@ class Sink(abc.ABC):
 
     def _error_response(self, err: UpstreamError) -> None:
         self.status = err.status
-        self._final = web.Response(status=err.status, body=self.api.error_body(err),
+        self._final = web.Response(status=err.status, body=self.api.upstream_error_body(err),
                                    content_type="application/json")
 
     @abc.abstractmethod

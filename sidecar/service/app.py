@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator
 from aiohttp import web
 from aiohttp.typedefs import Handler, Middleware
 
-from sidecar.apis import REGISTRY
+from sidecar.apis import REGISTRY, api_for_path
 from sidecar.config import Config
 from sidecar.errors import error_body
 from sidecar.net.proxy import Proxy
@@ -54,15 +54,23 @@ def make_app(config: Config, metrics: Metrics) -> web.Application:
 
 
 def _api_key_middleware(key: str) -> Middleware:
-    expected = f"Bearer {key}".encode()
+    """Clients must send the key as ``Authorization: Bearer KEY`` (OpenAI's clients) or
+    ``x-api-key: KEY`` (Anthropic's); a refusal is a 401 in the shape of the path's API."""
+    bearer, plain = f"Bearer {key}".encode(), key.encode()
 
     @web.middleware
     async def check(request: web.Request, handler: Handler) -> web.StreamResponse:
         given = request.headers.get("Authorization", "").encode()
-        if not hmac.compare_digest(given, expected):
-            return web.Response(status=401, content_type="application/json",
-                                body=error_body("invalid or missing API key",
-                                                "AuthenticationError", 401))
+        other = request.headers.get("x-api-key", "").encode()
+        # Both compared every time: the time taken says nothing about which one was sent.
+        ok_bearer = hmac.compare_digest(given, bearer)
+        ok_plain = hmac.compare_digest(other, plain)
+        if not (ok_bearer or ok_plain):
+            api = api_for_path(request.path)
+            message, kind = "invalid or missing API key", "AuthenticationError"
+            body = (api.error_body(401, message, kind) if api is not None
+                    else error_body(message, kind, 401))
+            return web.Response(status=401, content_type="application/json", body=body)
         response: web.StreamResponse = await handler(request)
         return response
 

@@ -90,13 +90,19 @@ def test_splicer_lines_for_a_stream_and_for_a_fold() -> None:
     """The splicer writes a ``</think>`` line for an inline block left open, one final
     ``done: true`` line with done_reason length and the counters of every attempt, and an
     error line; for a non-streaming client the same lines go to its fold."""
+    facts = OLLAMA_GENERATE.facts({"model": "asked"})
     splicer = LineSplicer("generate", None, model="asked")
-    assert splicer.cut(VERDICT, "reissue:no-think", 0, [], wall=WALL) == b""
-    closed = orjson.loads(splicer.cut(VERDICT, "reissue:no-think", 0, [0], wall=WALL))
+    closed_block = OLLAMA_GENERATE.attempt(AttemptSpec(0, DetectorConfig(), 0.0, 0.0), facts,
+                                           splicer, None)
+    assert splicer.cut(closed_block, VERDICT, "reissue:no-think", 0, [0], wall=WALL) == b""
+    inline = OLLAMA_GENERATE.attempt(AttemptSpec(0, DetectorConfig(), 0.0, 0.0), facts,
+                                     splicer, None)
+    inline.feed(orjson.dumps({"response": "<think>hm", "done": False}) + b"\n", 0.1)
+    closed = orjson.loads(splicer.cut(inline, VERDICT, "reissue:no-think", 0, [0], wall=WALL))
     assert closed == {"model": "asked", "created_at": "2026-01-01T00:00:00Z",
                       "response": "</think>", "done": False}
     splicer.see_model("served")
-    end = orjson.loads(splicer.end(VERDICT, "finish", 1, [0], Totals(5, 40, 30),
+    end = orjson.loads(splicer.end(inline, VERDICT, "finish", 1, [0], Totals(5, 40, 30),
                                    usage=True, elapsed=2.0, wall=WALL))
     assert (end["model"], end["done"], end["done_reason"]) == ("served", True, "length")
     assert (end["prompt_eval_count"], end["eval_count"], end["total_duration"]) == (
@@ -104,11 +110,15 @@ def test_splicer_lines_for_a_stream_and_for_a_fold() -> None:
     assert splicer.error(UpstreamError("gone")) == b'{"error":"gone"}\n'
     fold = Folder("chat")
     folded = LineSplicer("chat", fold, model="asked")
-    assert folded.cut(VERDICT, "reissue:no-think", 0, [0], wall=WALL) == b""
-    assert folded.end(VERDICT, "finish", 1, [0], Totals(5, 40, 30), usage=True,
+    chat = OLLAMA_CHAT.attempt(AttemptSpec(0, DetectorConfig(), 0.0, 0.0),
+                               OLLAMA_CHAT.facts({"stream": False}), folded, fold)
+    chat.feed(orjson.dumps({"message": {"role": "assistant", "content": "<think>x"},
+                            "done": False}) + b"\n", 0.1)
+    assert folded.cut(chat, VERDICT, "reissue:no-think", 0, [0], wall=WALL) == b""
+    assert folded.end(chat, VERDICT, "finish", 1, [0], Totals(5, 40, 30), usage=True,
                       elapsed=2.0, wall=WALL) == b""
     body = orjson.loads(fold.response().body)
-    assert body["message"]["content"] == "</think>"
+    assert body["message"]["content"] == "<think>x</think>"
     assert (body["done_reason"], body["eval_count"]) == ("length", 40)
 
 

@@ -8,8 +8,9 @@ import orjson
 from detectors import Evidence, Verdict
 from sidecar.apis.openai.fold import Aggregator
 from sidecar.apis.openai.splice import ChunkSplicer, Head, rewrite
-from sidecar.core.attempt import Totals
+from sidecar.core.attempt import Totals, text_mark
 from sidecar.errors import UpstreamTimeoutError
+from tests.attempts import chunk_attempt
 
 VERDICT = Verdict("periodic", "thinking", "loop", Evidence("x", 106, 9), 213, 1024)
 WALL = 1_767_225_600.0
@@ -26,7 +27,10 @@ def test_a_cut_marks_and_closes_inline_blocks() -> None:
     a content chunk that closes it, under the first attempt's identity."""
     splicer = ChunkSplicer("chat", None, request_id="r", model="m")
     splicer.head = Head("chatcmpl-1", 7, "served", "chat")
-    out = splicer.cut(VERDICT, "reissue:no-think", 0, [1], wall=WALL)
+    attempt = chunk_attempt("chat")
+    attempt.feed(b'data: {"id":"c","choices":[{"index":1,"delta":{"content":"<think>x"}}]}\n\n'
+                 b'data: {"id":"c","choices":[{"index":0,"delta":{"content":"ok"}}]}\n\n', 0.1)
+    out = splicer.cut(attempt, VERDICT, "reissue:no-think", 0, [0, 1], wall=WALL)
     assert out.startswith(MARK)
     chunk = orjson.loads(out[len(MARK) + 6 : -2])
     assert (chunk["id"], chunk["created"]) == ("chatcmpl-1", 7)
@@ -38,7 +42,7 @@ def test_a_cut_before_any_chunk_makes_the_identity_from_the_request() -> None:
     """No chunk arrived before the cut: the id is made from the request id (``chatcmpl-``
     or ``cmpl-``), ``created`` is the time of the cut, the model the requested one."""
     chat = ChunkSplicer("chat", None, request_id="abc", model="qwen3")
-    chat.cut(VERDICT, "reissue:no-think", 0, [], wall=WALL)
+    chat.cut(chunk_attempt("chat"), VERDICT, "reissue:no-think", 0, [], wall=WALL)
     assert chat.head == Head("chatcmpl-abc", int(WALL), "qwen3", "chat")
     assert ChunkSplicer("completions", None, request_id="abc", model=None).ensure_head(
         WALL).id == "cmpl-abc"
@@ -49,8 +53,8 @@ def test_the_end_of_a_stream() -> None:
     every attempt when the client asked for usage, then [DONE]."""
     splicer = ChunkSplicer("completions", None, request_id="r", model="m")
     splicer.head = Head("cmpl-1", 7, "m", "completions")
-    out = splicer.end(VERDICT, "finish", 1, [0, 2], Totals(10, 50, 40), usage=True,
-                      elapsed=1.0, wall=WALL)
+    out = splicer.end(chunk_attempt("completions"), VERDICT, "finish", 1, [0, 2],
+                      Totals(10, 50, 40), usage=True, elapsed=1.0, wall=WALL)
     parts = events(out)
     assert parts[0].startswith(b": runaway detector=periodic")
     assert b"action=finish attempt=1" in parts[0]
@@ -62,7 +66,8 @@ def test_the_end_of_a_stream() -> None:
     assert usage["usage"] == {"prompt_tokens": 10, "total_tokens": 60, "completion_tokens": 50,
                               "completion_tokens_details": {"reasoning_tokens": 40}}
     assert parts[4] == b"data: [DONE]\n\n"
-    quiet = splicer.end(VERDICT, "cut", 0, [0], Totals(), usage=False, elapsed=1.0, wall=WALL)
+    quiet = splicer.end(chunk_attempt("completions"), VERDICT, "cut", 0, [0], Totals(),
+                        usage=False, elapsed=1.0, wall=WALL)
     assert b'"usage"' not in quiet
 
 
@@ -71,9 +76,10 @@ def test_a_non_streaming_body_gets_the_same_end_and_no_marker() -> None:
     X-Runaway headers) and the end sets the open choices' finish and the summed usage."""
     fold = Aggregator("chat")
     splicer = ChunkSplicer("chat", fold, request_id="r", model="qwen3")
-    assert splicer.cut(VERDICT, "reissue:no-think", 0, [0], wall=WALL) == b""
-    assert splicer.end(VERDICT, "finish", 1, [0], Totals(3, 8, 8), usage=True, elapsed=1.0,
-                       wall=WALL) == b""
+    attempt = chunk_attempt("chat", aggregate=True)
+    assert splicer.cut(attempt, VERDICT, "reissue:no-think", 0, [0], wall=WALL) == b""
+    assert splicer.end(attempt, VERDICT, "finish", 1, [0], Totals(3, 8, 8), usage=True,
+                       elapsed=1.0, wall=WALL) == b""
     body = orjson.loads(fold.response().body)
     assert (body["id"], body["model"]) == ("chatcmpl-r", "qwen3")
     assert body["choices"][0]["finish_reason"] == "length"
@@ -104,3 +110,17 @@ def test_rewrite_maps_identity_and_choices() -> None:
     role = {"id": "x", "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""},
                                     "finish_reason": None}]}
     assert rewrite(head, role, {}, reasoning_to_content=False) is None
+
+
+def test_each_cut_marks_the_reasoning_each_choice_holds() -> None:
+    """A cut marks what each client choice got of reasoning so far, the way a client
+    sending it back is recognized: by its length and first characters."""
+    splicer = ChunkSplicer("chat", None, request_id="r", model="m")
+    attempt = chunk_attempt("chat")
+    pieces = ["Let me think. ", "Hmm, again. " * 40]
+    for piece in pieces:
+        attempt.feed(b"data: " + orjson.dumps({"id": "c", "choices": [
+            {"index": 0, "delta": {"reasoning": piece}}]}) + b"\n\n", 0.1)
+    splicer.cut(attempt, VERDICT, "reissue:no-think", 0, [0], wall=WALL)
+    assert splicer.take_marks() == [text_mark("".join(pieces))]
+    assert splicer.take_marks() == []

@@ -1,0 +1,185 @@
+"""One upstream attempt of an Anthropic Messages request, watched: SSE bytes in, the bytes
+the client sees and a verdict out (pure).
+
+Each event's ``data`` is one JSON object whose ``type`` names it (the ``event:`` line
+says the same and stays in the forwarded bytes). What is watched:
+
+- ``content_block_delta`` with ``thinking_delta``: reasoning; ``text_delta``: the answer,
+  through an inline ``<think>`` splitter while no thinking block was seen (a server
+  without a reasoning parser, or a model that thinks with thinking off, writes its
+  reasoning as text); ``input_json_delta``: a tool call. Each delta event is one token
+  (the events carry no running count);
+- ``message_start`` (the prompt's tokens), ``message_delta`` (the stop reason and the
+  final usage: output tokens include the reasoning), ``message_stop`` (the end), and an
+  ``error`` event, which ends the stream.
+
+The first attempt forwards the upstream's events unchanged; a reissue's events go
+through the exchange's :class:`~sidecar.apis.messages.splice.MessagesSplicer`; for a
+non-streaming client every event the client would have seen goes to its fold.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from detectors.base import CONTENT, THINKING
+from sidecar.apis.messages.fold import MessageFold
+from sidecar.apis.messages.splice import MessagesSplicer
+from sidecar.codecs.sse import SSEDecoder, SSEError, SSEEvent
+from sidecar.core.attempt import Attempt, AttemptSpec
+from sidecar.core.events import (
+    DONE,
+    Finish,
+    MalformedChunk,
+    StreamError,
+    StreamEvent,
+    TextDelta,
+    ThinkTagSplitter,
+    ToolCallDelta,
+    Usage,
+)
+from sidecar.errors import UpstreamProtocolError
+
+#: Event types that change what the splicer knows of the client's view (the message,
+#: its blocks); the rest (deltas, usage, pings) pass without it.
+_SHAPING = frozenset({"message_start", "content_block_start", "content_block_stop"})
+
+
+class MessagesAttempt(Attempt):
+    """State of one upstream request of a Messages request (one choice, index 0)."""
+
+    def __init__(self, spec: AttemptSpec, splicer: MessagesSplicer,
+                 fold: MessageFold | None) -> None:
+        super().__init__(spec)
+        self.splicer = splicer
+        self.fold = fold
+        self._decoder = SSEDecoder()
+        self._splitter = ThinkTagSplitter()
+        self._saw_thinking = False
+        self._prompt = 0
+        # Forwarded as it came: the first attempt, to a streaming client.
+        self._verbatim = spec.number == 0 and fold is None
+
+    # -- feeding -------------------------------------------------------------------
+
+    def feed(self, chunk: bytes, now: float) -> bytes:
+        """Process upstream bytes; return what to send to a streaming client now.
+        Raises ``UpstreamProtocolError`` for bytes that are not a Messages event stream."""
+        try:
+            events = self._decoder.feed(chunk)
+        except SSEError as exc:
+            raise UpstreamProtocolError(str(exc)) from None
+        return self._events(events, now)
+
+    def eof(self, now: float) -> bytes:
+        """The upstream closed the body: what the decoder still held, and an unterminated
+        trailing piece (forwarded verbatim by the first attempt, to stay byte-exact)."""
+        events, rest = self._decoder.close()
+        out = self._events(events, now)
+        if self._verbatim and not self.stopped:
+            out += rest
+        return out
+
+    def inline_open(self, client_index: int) -> bool:
+        """Whether the answer is inside an inline ``<think>`` left open."""
+        return client_index == 0 and not self._saw_thinking and self._splitter.in_think
+
+    # -- internals -----------------------------------------------------------------
+
+    def _events(self, events: list[SSEEvent], now: float) -> bytes:
+        out: list[bytes] = []
+        splicer = self.splicer
+        for ev in events:
+            if self.verdict is not None and self.stop_on_verdict:
+                break
+            data = ev.data
+            if data is None:  # a comment
+                if self._verbatim:
+                    out.append(ev.raw)
+                self._tick(now)
+                continue
+            try:
+                obj = orjson.loads(data)
+            except orjson.JSONDecodeError as exc:
+                raise UpstreamProtocolError(f"invalid JSON in stream: {exc}") from None
+            if not isinstance(obj, dict):
+                raise UpstreamProtocolError("stream event is not a JSON object")
+            kind = obj.get("type")
+            try:
+                self._apply(self._parse(kind, obj), now)
+            except MalformedChunk as exc:
+                raise UpstreamProtocolError(str(exc)) from None
+            if self._verbatim:
+                if kind in _SHAPING:
+                    splicer.seen(obj)
+                out.append(ev.raw)
+                continue
+            shown = splicer.rewrite(obj, self) if self.number else obj
+            if shown is None:
+                continue
+            if kind in _SHAPING:
+                splicer.seen(shown)
+            if self.fold is not None:
+                self.fold.add(shown)
+            else:
+                out.append(splicer.encode(shown))
+        return b"".join(out)
+
+    def _parse(self, kind: Any, obj: dict[str, Any]) -> list[StreamEvent]:
+        """The format-neutral events of one Messages event."""
+        if kind == "content_block_delta":
+            delta = obj.get("delta")
+            if not isinstance(delta, dict):
+                raise MalformedChunk("content_block_delta without a delta object")
+            dtype = delta.get("type")
+            if dtype == "thinking_delta":
+                text = delta.get("thinking")
+                if isinstance(text, str) and text:
+                    self._saw_thinking = True
+                    return [TextDelta(0, THINKING, text, 1)]
+                return []
+            if dtype == "text_delta":
+                text = delta.get("text")
+                if not isinstance(text, str) or not text:
+                    return []
+                if self._saw_thinking:
+                    return [TextDelta(0, CONTENT, text, 1)]
+                tokens = 1
+                out: list[StreamEvent] = []
+                for channel, piece in self._splitter.split(text):
+                    out.append(TextDelta(0, channel, piece, tokens))
+                    tokens = 0
+                return out
+            if dtype == "input_json_delta":
+                return [ToolCallDelta(0, [delta])]
+            return []
+        if kind == "message_start":
+            message = obj.get("message")
+            usage = message.get("usage") if isinstance(message, dict) else None
+            prompt = usage.get("input_tokens") if isinstance(usage, dict) else None
+            self._prompt = prompt if isinstance(prompt, int) else 0
+            return [Usage(self._prompt, 0, None, final=False)]
+        if kind == "message_delta":
+            events: list[StreamEvent] = []
+            usage = obj.get("usage")
+            if isinstance(usage, dict):
+                output = usage.get("output_tokens")
+                prompt = usage.get("input_tokens")
+                events.append(Usage(prompt if isinstance(prompt, int) else self._prompt,
+                                    output if isinstance(output, int) else 0, None, final=True))
+            delta = obj.get("delta")
+            reason = delta.get("stop_reason") if isinstance(delta, dict) else None
+            events.append(Finish(0, reason if isinstance(reason, str) else "end_turn"))
+            return events
+        if kind == "content_block_start":
+            self._state(0)
+            return []
+        if kind == "message_stop":
+            return [DONE]
+        if kind == "error":
+            err = obj.get("error")
+            message = err.get("message") if isinstance(err, dict) else err
+            return [StreamError(str(message or "upstream error"), None)]
+        return []  # content_block_stop, ping, and types added later

@@ -1,0 +1,185 @@
+"""One upstream attempt of an OpenAI Responses request, watched: SSE bytes in, the bytes
+the client sees and a verdict out (pure).
+
+Each event's ``data`` is one JSON object whose ``type`` names it. What is watched:
+
+- ``response.reasoning_text.delta`` (vLLM, llama.cpp) and
+  ``response.reasoning_summary_text.delta`` (Ollama): reasoning;
+  ``response.output_text.delta``: the answer, through an inline ``<think>`` splitter
+  while no reasoning was seen (a server without a reasoning parser, or a model that
+  thinks with thinking off, writes its reasoning as text);
+  ``response.function_call_arguments.delta``: a tool call. Each delta event is one
+  token (the events carry no running count);
+- ``response.completed`` (also ``response.incomplete`` and ``response.failed``): the
+  status and the usage, and the end of the stream; an ``error`` event ends it too.
+
+The attempt keeps the splicer told what it needs to close an item a cut leaves open: the
+upstream's last ``sequence_number`` and the text of the open item.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from detectors.base import CONTENT, THINKING
+from sidecar.apis.responses.fold import ResponseFold
+from sidecar.apis.responses.splice import ResponsesSplicer
+from sidecar.codecs.sse import SSEDecoder, SSEError, SSEEvent
+from sidecar.core.attempt import Attempt, AttemptSpec
+from sidecar.core.events import (
+    DONE,
+    Finish,
+    MalformedChunk,
+    StreamError,
+    StreamEvent,
+    TextDelta,
+    ThinkTagSplitter,
+    ToolCallDelta,
+    Usage,
+)
+from sidecar.errors import UpstreamProtocolError
+
+_REASONING = ("response.reasoning_text.delta", "response.reasoning_summary_text.delta")
+_ENDS = ("response.completed", "response.incomplete", "response.failed")
+#: Event types that change what the splicer knows of the client's view (the response,
+#: its items); deltas pass without it.
+SHAPING = frozenset({"response.created", "response.in_progress", "response.output_item.added",
+                     "response.content_part.added", "response.output_item.done"})
+
+
+class ResponsesAttempt(Attempt):
+    """State of one upstream request of a Responses request (one choice, index 0)."""
+
+    def __init__(self, spec: AttemptSpec, splicer: ResponsesSplicer,
+                 fold: ResponseFold | None) -> None:
+        super().__init__(spec)
+        self.splicer = splicer
+        self.fold = fold
+        self._decoder = SSEDecoder()
+        self._splitter = ThinkTagSplitter()
+        self._saw_reasoning = False
+        self._keep = splicer.keep
+        self._verbatim = spec.number == 0 and fold is None
+
+    # -- feeding -------------------------------------------------------------------
+
+    def feed(self, chunk: bytes, now: float) -> bytes:
+        """Process upstream bytes; return what to send to a streaming client now.
+        Raises ``UpstreamProtocolError`` for bytes that are not a Responses event stream."""
+        try:
+            events = self._decoder.feed(chunk)
+        except SSEError as exc:
+            raise UpstreamProtocolError(str(exc)) from None
+        return self._events(events, now)
+
+    def eof(self, now: float) -> bytes:
+        """The upstream closed the body: what the decoder still held, and an unterminated
+        trailing piece (forwarded verbatim by the first attempt, to stay byte-exact)."""
+        events, rest = self._decoder.close()
+        out = self._events(events, now)
+        if self._verbatim and not self.stopped:
+            out += rest
+        return out
+
+    def inline_open(self, client_index: int) -> bool:
+        """Whether the answer is inside an inline ``<think>`` left open."""
+        return client_index == 0 and not self._saw_reasoning and self._splitter.in_think
+
+    # -- internals -----------------------------------------------------------------
+
+    def _events(self, events: list[SSEEvent], now: float) -> bytes:
+        out: list[bytes] = []
+        splicer = self.splicer
+        for ev in events:
+            if self.verdict is not None and self.stop_on_verdict:
+                break
+            data = ev.data
+            if data is None:  # a comment
+                if self._verbatim:
+                    out.append(ev.raw)
+                self._tick(now)
+                continue
+            try:
+                obj = orjson.loads(data)
+            except orjson.JSONDecodeError as exc:
+                raise UpstreamProtocolError(f"invalid JSON in stream: {exc}") from None
+            if not isinstance(obj, dict):
+                raise UpstreamProtocolError("stream event is not a JSON object")
+            kind = obj.get("type")
+            sequence = obj.get("sequence_number")
+            if isinstance(sequence, int):
+                splicer.upstream_sequence = sequence
+            try:
+                self._apply(self._parse(kind, obj), now)
+            except MalformedChunk as exc:
+                raise UpstreamProtocolError(str(exc)) from None
+            if self._verbatim:
+                if kind in SHAPING:
+                    splicer.seen(obj)
+                out.append(ev.raw)
+                continue
+            shown = splicer.rewrite(obj, self) if self.number else obj
+            if shown is None:
+                continue
+            if kind in SHAPING:
+                splicer.seen(shown)
+            if self.fold is not None:
+                self.fold.add(shown)
+            else:
+                out.append(splicer.encode(shown))
+        return b"".join(out)
+
+    def _parse(self, kind: Any, obj: dict[str, Any]) -> list[StreamEvent]:
+        """The format-neutral events of one Responses event."""
+        if kind in _REASONING:
+            text = obj.get("delta")
+            if isinstance(text, str) and text:
+                self._saw_reasoning = True
+                self._keep(text)
+                return [TextDelta(0, THINKING, text, 1)]
+            return []
+        if kind == "response.output_text.delta":
+            text = obj.get("delta")
+            if not isinstance(text, str) or not text:
+                return []
+            self._keep(text)
+            if self._saw_reasoning:
+                return [TextDelta(0, CONTENT, text, 1)]
+            tokens = 1
+            out: list[StreamEvent] = []
+            for channel, piece in self._splitter.split(text):
+                out.append(TextDelta(0, channel, piece, tokens))
+                tokens = 0
+            return out
+        if kind == "response.function_call_arguments.delta":
+            text = obj.get("delta")
+            if isinstance(text, str):
+                self._keep(text)
+            return [ToolCallDelta(0, [obj])]
+        if kind == "response.output_item.added":
+            self._state(0)
+            return []
+        if kind in _ENDS:
+            response = obj.get("response")
+            if not isinstance(response, dict):
+                raise MalformedChunk(f"{kind} without a response object")
+            events: list[StreamEvent] = []
+            usage = response.get("usage")
+            if isinstance(usage, dict):
+                details = usage.get("output_tokens_details")
+                reasoning = details.get("reasoning_tokens") if isinstance(details, dict) else None
+                prompt, output = usage.get("input_tokens"), usage.get("output_tokens")
+                events.append(Usage(prompt if isinstance(prompt, int) else 0,
+                                    output if isinstance(output, int) else 0,
+                                    reasoning if isinstance(reasoning, int) else None,
+                                    final=True))
+            status = response.get("status")
+            events.append(Finish(0, status if isinstance(status, str) else "completed"))
+            events.append(DONE)
+            return events
+        if kind == "error":
+            message = obj.get("message")
+            return [StreamError(str(message or "upstream error"), None)]
+        return []

@@ -1,0 +1,298 @@
+"""What the sidecar writes itself into an OpenAI Responses response when it splices (pure):
+the splicer of one exchange.
+
+The client sees one response: one ``response.created`` (and ``response.in_progress``),
+``sequence_number`` strictly increasing from 0 over every event, ``output_index``
+0, 1, 2, ... per item without a gap, every item it saw added also done, and one
+``response.completed`` whose ``id`` and ``created_at`` are the first attempt's and whose
+``output`` holds every item the client got. So:
+
+- the item a cut leaves open is closed with the events its server would have sent
+  (``….done``, ``response.content_part.done``, ``response.output_item.done``) and status
+  ``incomplete``; a reasoning item the sidecar cut is marked by its id (a later request
+  that sends it back gets it replaced, see ``api.py``);
+- a reissue's ``response.created`` and ``response.in_progress`` are dropped, its events
+  renumbered (``sequence_number`` continues the client's; ``output_index`` moves past the
+  client's items), and its ``response.completed`` gets the client's identity, every
+  item, the client's own ``reasoning`` request field (not the thinking-off one) and the
+  usage of every attempt;
+- the ladder's end closes the open item and completes the response with status
+  ``incomplete`` (``incomplete_details.reason: "max_output_tokens"``).
+
+A server that numbers no events (llama.cpp) gets no numbers added. A streaming client
+also gets one SSE comment per cut (``: runaway ...``).
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import orjson
+
+from detectors import Verdict
+from sidecar.apis.base import Splicer
+from sidecar.apis.openai.splice import comment
+from sidecar.apis.responses.fold import ResponseFold
+from sidecar.core.attempt import MAX_KEPT_REASONING, Attempt, Totals
+from sidecar.errors import UpstreamError
+
+_ENDS = ("response.completed", "response.incomplete", "response.failed")
+
+
+def encode(obj: dict[str, Any]) -> bytes:
+    """One named SSE event for a Responses event object (its ``type`` names it)."""
+    return b"event: " + str(obj.get("type")).encode() + b"\ndata: " + orjson.dumps(obj) + b"\n\n"
+
+
+def usage_object(prompt: int, completion: int, reasoning: int) -> dict[str, Any]:
+    """A usage object with vLLM 0.32's fields."""
+    return {"input_tokens": prompt,
+            "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0,
+                                     "input_tokens_per_turn": [], "cached_tokens_per_turn": []},
+            "output_tokens": completion,
+            "output_tokens_details": {"reasoning_tokens": reasoning, "tool_output_tokens": 0,
+                                      "output_tokens_per_turn": [],
+                                      "tool_output_tokens_per_turn": []},
+            "total_tokens": prompt + completion}
+
+
+class _OpenItem:
+    __slots__ = ("content_index", "index", "item", "part")
+
+    def __init__(self, index: int, item: dict[str, Any]) -> None:
+        self.index = index
+        self.item = item
+        self.part: dict[str, Any] | None = None
+        self.content_index = 0
+
+
+class ResponsesSplicer(Splicer):
+    """The splicer of one Responses exchange (see the module docstring). ``seen`` is fed
+    every event the client gets that creates the response or adds or completes an item."""
+
+    def __init__(self, fold: ResponseFold | None, *, request_id: str, model: str | None,
+                 echo: Mapping[str, Any]) -> None:
+        super().__init__()
+        self.fold = fold
+        self._request_id = request_id
+        self._model = model
+        self._echo = echo
+        #: The client's response object, from the first ``response.created`` it got.
+        self.response: dict[str, Any] | None = None
+        #: The client's last ``sequence_number`` (None: the server numbers no events).
+        self.sequence: int | None = None
+        #: Items the client has (the next ``output_index``), the ones it saw done, and the
+        #: one open.
+        self.items = 0
+        self.done: list[dict[str, Any]] = []
+        self.open: _OpenItem | None = None
+        self._offset = 0
+        self._done_before = 0
+        #: The last ``sequence_number`` the current attempt's upstream sent; the text of
+        #: the open item (kept up to ``MAX_KEPT_REASONING`` characters), for the events
+        #: that close it after a cut. The attempt keeps both up to date.
+        self.upstream_sequence: int | None = None
+        self.item_text: list[str] = []
+        self._item_chars = 0
+
+    def keep(self, text: str) -> None:
+        """A delta of the open item's text."""
+        if self._item_chars < MAX_KEPT_REASONING:
+            kept = self.item_text
+            kept.append(text)
+            self._item_chars += len(text)
+            if len(kept) >= 64:
+                self.item_text = ["".join(kept)]
+
+    # -- the client's view ---------------------------------------------------------
+
+    def seen(self, obj: dict[str, Any]) -> None:
+        """An event the client got (an attempt's, or the sidecar's own)."""
+        kind = obj.get("type")
+        if kind == "response.output_item.added":
+            index, item = obj.get("output_index"), obj.get("item")
+            if isinstance(index, int) and isinstance(item, dict):
+                self.open = _OpenItem(index, item)
+                self.items = max(self.items, index + 1)
+                self.item_text, self._item_chars = [], 0
+        elif kind == "response.content_part.added":
+            part = obj.get("part")
+            if self.open is not None and isinstance(part, dict):
+                self.open.part = part
+                index = obj.get("content_index")
+                self.open.content_index = index if isinstance(index, int) else 0
+        elif kind == "response.output_item.done":
+            item = obj.get("item")
+            if isinstance(item, dict):
+                self.done.append(item)
+            self.open = None
+        elif kind == "response.created" and self.response is None:
+            response = obj.get("response")
+            if isinstance(response, dict):
+                self.response = response
+
+    def _number(self, obj: dict[str, Any]) -> None:
+        """Number ``obj`` as the client's next event; where the server numbers no events,
+        take its number out."""
+        if self.sequence is None:
+            obj.pop("sequence_number", None)
+        else:
+            self.sequence += 1
+            obj["sequence_number"] = self.sequence
+
+    def rewrite(self, obj: dict[str, Any], attempt: Attempt) -> dict[str, Any] | None:
+        """A reissue's event as the client sees it, or None to drop it."""
+        kind = obj.get("type")
+        if kind in ("response.created", "response.in_progress") and self.response is not None:
+            return None
+        if "sequence_number" in obj:
+            if self.sequence is None:  # the client has no numbered event yet
+                self.sequence = -1
+            self._number(obj)
+        index = obj.get("output_index")
+        if isinstance(index, int):
+            obj["output_index"] = index + self._offset
+        if kind in _ENDS:
+            response = obj.get("response")
+            if isinstance(response, dict):
+                obj["response"] = self._final(response, attempt)
+        return obj
+
+    def _final(self, response: dict[str, Any], attempt: Attempt) -> dict[str, Any]:
+        """A reissue's final response object with the client's identity, request echo,
+        every item and the usage of every attempt."""
+        out = dict(response)
+        if self.response is not None:
+            out["id"] = self.response.get("id")
+            out["created_at"] = self.response.get("created_at")
+        if "reasoning" in out:
+            out["reasoning"] = self._echo.get("reasoning")
+        output = response.get("output")
+        out["output"] = self.done[: self._done_before] + (output if isinstance(output, list)
+                                                          else [])
+        usage = response.get("usage")
+        if isinstance(usage, dict):
+            out["usage"] = summed_usage(usage, attempt)
+        return out
+
+    def encode(self, obj: dict[str, Any]) -> bytes:
+        """The bytes of one event for a streaming client."""
+        return encode(obj)
+
+    # -- the sidecar's own events ----------------------------------------------------
+
+    def _emit(self, objs: list[dict[str, Any]], marker: bytes) -> bytes:
+        for obj in objs:
+            self._number(obj)
+            self.seen(obj)
+        if self.fold is not None:
+            for obj in objs:
+                self.fold.add(obj)
+            return b""
+        return marker + b"".join(encode(obj) for obj in objs)
+
+    def _close(self, attempt: Attempt) -> list[dict[str, Any]]:
+        """The events that close the item a cut left open, with status ``incomplete``."""
+        if attempt.number == 0:  # forwarded as it came: the upstream's numbers are the client's
+            self.sequence = self.upstream_sequence
+        item = self.open
+        if item is None:
+            return []
+        text = "".join(self.item_text)
+        out: list[dict[str, Any]] = []
+        index, item_id, ci = item.index, item.item.get("id"), item.content_index
+        kind = item.item.get("type")
+        done = copy.copy(item.item)
+        if kind == "reasoning":
+            if isinstance(item_id, str):
+                self.marks.append(item_id)
+            content = [{"text": text, "type": "reasoning_text"}]
+            if item.part is not None:
+                out.append({"content_index": ci, "item_id": item_id, "output_index": index,
+                            "sequence_number": None, "text": text,
+                            "type": "response.reasoning_text.done"})
+                out.append({"content_index": ci, "item_id": item_id, "output_index": index,
+                            "part": content[0], "sequence_number": None,
+                            "type": "response.content_part.done"})
+            done.update(content=content, status="incomplete")
+        elif kind == "message":
+            if attempt.inline_open(0):
+                out.append({"content_index": ci, "delta": "</think>", "item_id": item_id,
+                            "logprobs": [], "output_index": index, "sequence_number": None,
+                            "type": "response.output_text.delta"})
+                text += "</think>"
+            part: dict[str, Any] = {"annotations": [], "text": text, "type": "output_text",
+                                    "logprobs": None}
+            if item.part is not None:
+                out.append({"content_index": ci, "item_id": item_id, "logprobs": [],
+                            "output_index": index, "sequence_number": None, "text": text,
+                            "type": "response.output_text.done"})
+                out.append({"content_index": ci, "item_id": item_id, "output_index": index,
+                            "part": part, "sequence_number": None,
+                            "type": "response.content_part.done"})
+            done.update(content=[part] if item.part is not None else [], status="incomplete")
+        elif kind == "function_call":
+            out.append({"arguments": text, "item_id": item_id, "output_index": index,
+                        "sequence_number": None, "type": "response.function_call_arguments.done",
+                        "name": item.item.get("name")})
+            done.update(arguments=text, status="incomplete")
+        else:
+            done["status"] = "incomplete"
+        out.append({"item": done, "output_index": index, "sequence_number": None,
+                    "type": "response.output_item.done"})
+        return out
+
+    def cut(self, attempt: Attempt, verdict: Verdict, action: str, number: int,
+            open_choices: Sequence[int], *, wall: float) -> bytes:
+        out = self._emit(self._close(attempt), comment(verdict, action, number))
+        self._offset = self.items
+        self._done_before = len(self.done)
+        return out
+
+    def end(self, attempt: Attempt, verdict: Verdict, action: str, number: int,
+            open_choices: Sequence[int], totals: Totals, *, usage: bool, elapsed: float,
+            wall: float) -> bytes:
+        objs = self._close(attempt)
+        response = dict(self.response) if self.response is not None else {
+            "id": f"resp_{self._request_id}", "created_at": int(wall), "model": self._model,
+            "object": "response", "output": [], "status": "in_progress", "usage": None}
+        response.update(status="incomplete", incomplete_details={"reason": "max_output_tokens"},
+                        usage=usage_object(totals.usage()["prompt_tokens"],
+                                           totals.completion_tokens, totals.reasoning_tokens))
+        done_now = self.done + [o["item"] for o in objs
+                                if o["type"] == "response.output_item.done"]
+        response["output"] = done_now
+        objs.append({"response": response, "sequence_number": None,
+                     "type": "response.completed"})
+        return self._emit(objs, comment(verdict, action, number))
+
+    def error(self, err: UpstreamError) -> bytes:
+        obj: dict[str, Any] = {"code": str(err.status), "message": str(err), "param": None,
+                               "sequence_number": None, "type": "error"}
+        self._number(obj)
+        return encode(obj)
+
+
+def summed_usage(usage: dict[str, Any], attempt: Attempt) -> dict[str, Any]:
+    """A reissue's final usage with every earlier attempt's tokens added: the prompt once
+    per attempt, every token generated, every reasoning token."""
+    earlier = attempt.earlier
+    out = dict(usage)
+    prompt = _count(out.get("input_tokens"))
+    out["input_tokens"] = prompt + earlier.prompt_tokens + earlier.unknown_prompts * prompt
+    out["output_tokens"] = _count(out.get("output_tokens")) + earlier.completion_tokens
+    details = out.get("output_tokens_details")
+    if isinstance(details, dict):
+        out["output_tokens_details"] = {
+            **details, "reasoning_tokens": _count(details.get("reasoning_tokens"))
+            + earlier.reasoning_tokens}
+    out["total_tokens"] = out["input_tokens"] + out["output_tokens"]
+    return out
+
+
+def _count(value: Any) -> int:
+    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2**53:
+        return value
+    return 0
