@@ -9,6 +9,14 @@ server by the wire APIs (``sidecar.apis``): reasoning arrives in ``delta.reasoni
 tags; llama.cpp and Ollama send no ``[DONE]`` after an in-stream error, which ends the
 stream by itself. The servers' own thinking budgets (vLLM's ``thinking_token_budget``,
 llama.cpp's ``thinking_budget_tokens``, SGLang's ``custom_params``) pass through untouched.
+
+The coding-agent APIs (``/v1/messages``, ``/v1/responses``) differ too: llama.cpp's
+Responses events carry no ``sequence_number`` (the splicer adds none) and its Messages API
+ignores ``thinking.disabled`` (``messages_thinking_off``; both verified against real
+bytes); Ollama streams Responses reasoning as ``reasoning_summary_text`` and maps
+``thinking.disabled`` to ``think: false`` (from its documentation and source, not run);
+SGLang's Messages stream drops the reasoning, so there the sidecar sees only the answer
+(documented, not run), and SGLang has no Responses API.
 ``effective_config`` turns the operator's config into the one the proxy uses for that
 dialect (thinking-off rules and ladder); ``detect`` decides ``dialect = "auto"`` from the
 answers to the probes in ``PROBES`` (the proxy does the requests; this module only
@@ -47,6 +55,10 @@ class Dialect:
     native_thinking_off: tuple[ThinkingOffRule, ...]
     #: ``GET`` path whose 2xx means the upstream is ready.
     health_path: str
+    #: ``chat_template_kwargs`` patches the Anthropic Messages API needs on a reissue
+    #: when no model-family rule gives one (``thinking: {"type": "disabled"}`` is sent
+    #: anyway; llama.cpp ignores it, and only the template switch turns thinking off).
+    messages_thinking_off: tuple[ThinkingOffRule, ...] = ()
 
 
 _OLLAMA_V1_OFF = (
@@ -74,6 +86,9 @@ DIALECTS: Mapping[DialectName, Dialect] = {
         # generic switch (README 00dc8057). The built-in family rules fit both.
         thinking_off=DEFAULT_THINKING_OFF_RULES, native_thinking_off=(),
         health_path="/health",
+        # Its /v1/messages leaves thinking on for thinking.disabled (captured).
+        messages_thinking_off=(
+            ThinkingOffRule(r".*", {"chat_template_kwargs": {"enable_thinking": False}}),),
     ),
     "sglang": Dialect(
         name="sglang", server="SGLang",

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
+from aiohttp import web
 from aiohttp.test_utils import TestServer
 from prometheus_client import CollectorRegistry, generate_latest
 
@@ -27,6 +28,7 @@ class Stack:
     sidecar: TestServer
     registry: CollectorRegistry
     proxy: Proxy
+    tap: Tap | None = None
 
     @property
     def sim_url(self) -> str:
@@ -64,13 +66,48 @@ def sample_sum(text: str, name: str, **labels: str) -> float:
     return total
 
 
-async def start_stack(tokens_per_second: float = 0.0, **config: Any) -> Stack:
-    """Start a simulator and a sidecar pointed at it; ``config`` sets Config fields
-    (``detectors`` may be a dict of DetectorConfig fields)."""
+class Tap:
+    """A pass-through in front of the simulator that keeps every request body it relays:
+    what the node received, for tests that check what the sidecar sent upstream."""
+
+    def __init__(self, sim: TestServer) -> None:
+        self.bodies: list[bytes] = []
+        self._sim = str(sim.make_url("")).rstrip("/")
+        app = web.Application()
+        app.router.add_route("*", "/{tail:.*}", self._relay)
+        self.server = TestServer(app, host="127.0.0.1")
+
+    async def _relay(self, request: web.Request) -> web.StreamResponse:
+        body = await request.read()
+        self.bodies.append(body)
+        headers = {k: v for k, v in request.headers.items()
+                   if k.lower() in ("content-type", "x-request-id")}
+        async with aiohttp.ClientSession() as s, s.request(
+                request.method, self._sim + request.path_qs, data=body, headers=headers) as r:
+            resp = web.StreamResponse(status=r.status, headers={
+                "Content-Type": r.headers.get("Content-Type", "application/json")})
+            await resp.prepare(request)
+            async for chunk in r.content.iter_any():
+                await resp.write(chunk)
+            await resp.write_eof()
+            return resp
+
+
+async def start_stack(tokens_per_second: float = 0.0, *, tap: bool = False,
+                      **config: Any) -> Stack:
+    """Start a simulator and a sidecar pointed at it (through a :class:`Tap` with
+    ``tap=True``, then ``stack.tap``); ``config`` sets Config fields (``detectors`` may be
+    a dict of DetectorConfig fields)."""
     sim = TestServer(make_simulator_app(SimulatorConfig(tokens_per_second=tokens_per_second)),
                      host="127.0.0.1")
     await sim.start_server()
-    cfg = Config(upstream=str(sim.make_url("")).rstrip("/"))
+    upstream = sim
+    tapped = None
+    if tap:
+        tapped = Tap(sim)
+        await tapped.server.start_server()
+        upstream = tapped.server
+    cfg = Config(upstream=str(upstream.make_url("")).rstrip("/"))
     det = config.pop("detectors", None)
     if det:
         config["detectors"] = dataclasses.replace(cfg.detectors, **det)
@@ -79,7 +116,7 @@ async def start_stack(tokens_per_second: float = 0.0, **config: Any) -> Stack:
     app = make_app(cfg, Metrics(registry, ["*"], "test"))
     sidecar = TestServer(app, host="127.0.0.1")
     await sidecar.start_server()
-    return Stack(sim, sidecar, registry, app[PROXY])
+    return Stack(sim, sidecar, registry, app[PROXY], tapped)
 
 
 StackFactory = Callable[..., Awaitable[Stack]]
@@ -87,4 +124,6 @@ StackFactory = Callable[..., Awaitable[Stack]]
 
 async def stop_stack(stack: Stack) -> None:
     await stack.sidecar.close()
+    if stack.tap is not None:
+        await stack.tap.server.close()
     await stack.sim.close()

@@ -110,7 +110,10 @@ class Messages(WireApi):
     # -- request bodies --------------------------------------------------------------
 
     def off_rules(self, config: Config, dialect: Dialect) -> Sequence[ThinkingOffRule]:
-        return config.reissue.rules
+        """The family rules that switch the template (``chat_template_kwargs``), then
+        the dialect's fallback switch for the others."""
+        family = [r for r in config.reissue.rules if "chat_template_kwargs" in r.set]
+        return (*family, *dialect.messages_thinking_off)
 
     def thinking_off(self, body: Mapping[str, Any],
                      rules: Sequence[ThinkingOffRule]) -> dict[str, Any]:
