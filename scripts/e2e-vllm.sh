@@ -37,7 +37,11 @@ set -euo pipefail
 shopt -s extglob
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-CACHE=${RUNAWAY_E2E_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/runaway-sidecar}
+E2E_NAME=e2e-vllm
+# (vLLM's shutdown adds pages of nanobind leak notices; they say nothing about the run.)
+LOG_NOISE='nanobind|^ - leaked|resource_tracker|warnings\.warn'
+# shellcheck source=scripts/e2e-lib.sh
+. "$ROOT/scripts/e2e-lib.sh"
 VENV=${VLLM_VENV:-$CACHE/vllm-venv}
 VLLM_VERSION=0.32.0
 TORCH_VERSION=2.13.0
@@ -67,63 +71,7 @@ while (($#)); do
   shift
 done
 
-T0=$(date +%s)
-LOGS=$(mktemp -d "${TMPDIR:-/tmp}/runaway-e2e.XXXXXX")
-PIDS=()
-WATCHDOG=
-STATUS=1
-
-say() { printf 'e2e-vllm [%4ds] %s\n' "$(( $(date +%s) - T0 ))" "$*" >&2; }
-
-stop_all() {
-  # Each server and sidecar was started with setsid, so its pid is also its process group.
-  # SIGTERM goes to the leader first (vLLM's API server then shuts down its engine and
-  # worker in order); whatever is left of the group after 20 s gets SIGKILL.
-  local pid
-  for pid in "${PIDS[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
-  for _ in $(seq 1 40); do
-    local alive=0
-    for pid in "${PIDS[@]}"; do kill -0 -- "-$pid" 2>/dev/null && alive=1; done
-    ((alive)) || break
-    sleep 0.5
-  done
-  for pid in "${PIDS[@]}"; do kill -KILL -- "-$pid" 2>/dev/null || true; done
-  for pid in "${PIDS[@]}"; do wait "$pid" 2>/dev/null || true; done
-  PIDS=()
-}
-
-cleanup() {
-  local rc=$?
-  trap - EXIT INT TERM
-  ((STATUS == 0)) || STATUS=$rc
-  stop_all
-  if [[ -n $WATCHDOG ]]; then kill -- "-$WATCHDOG" 2>/dev/null || true; fi
-  if ((STATUS != 0)); then
-    for f in "$LOGS"/*.log; do
-      [[ -f $f ]] || continue
-      echo "----- last lines of $f" >&2
-      # (vLLM's shutdown adds pages of nanobind leak notices; they say nothing about the run.)
-      grep -v -e 'nanobind' -e '^ - leaked' -e 'resource_tracker' -e 'warnings.warn' "$f" \
-        | tail -n 20 >&2 || true
-    done
-    say "FAILED (status $STATUS); logs kept in $LOGS"
-  elif [[ ${E2E_KEEP_LOGS:-0} == 1 ]]; then
-    say "logs kept in $LOGS"
-  else
-    rm -rf "$LOGS"
-  fi
-  say "total duration $(( $(date +%s) - T0 ))s"
-  exit "$STATUS"
-}
-trap cleanup EXIT
-trap 'say "interrupted"; STATUS=$((SERVE ? 0 : 130)); exit "$STATUS"' INT
-trap 'say "stopped (overall limit ${E2E_TIMEOUT}s or SIGTERM)"; STATUS=$((SERVE ? 0 : 124)); exit "$STATUS"' TERM
-
-# The overall bound: a watchdog that sends this script SIGTERM, whose trap stops everything.
-# (Bash runs the trap once the current foreground command returns; every long command
-# below has its own `timeout`, so that wait is bounded too.)
-setsid bash -c "sleep $E2E_TIMEOUT; kill -TERM $$" >/dev/null 2>&1 &
-WATCHDOG=$!
+e2e_start
 
 # ---------------------------------------------------------------------------------- venv
 
@@ -171,9 +119,7 @@ ensure_venv() {
 
 MODELS=
 build_models() {
-  local hash
-  hash=$(sha256sum "$ROOT/tests/e2e/tiny_model.py" | cut -c1-16)
-  MODELS=$CACHE/models/$hash
+  MODELS=$(tiny_models_dir)
   mkdir -p "$MODELS"
   local kind
   for kind in "${KINDS[@]}"; do
@@ -188,10 +134,6 @@ build_models() {
 }
 
 # ------------------------------------------------------------------------------- servers
-
-free_port() {
-  "$PROJECT_PY" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
-}
 
 # Never leave loopback, never phone home: the models are local directories.
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 VLLM_NO_USAGE_STATS=1 DO_NOT_TRACK=1
@@ -217,37 +159,15 @@ start_vllm() {
 }
 
 start_sidecar() {
-  local kind=$1 port mport cfg=$LOGS/sidecar-$kind.toml
-  port=$(free_port)
-  mport=$(free_port)
+  local kind=$1
   # [e2e] The ladder the e2e tests expect: thinking off first, then salvage, 3 attempts.
-  cat >"$cfg" <<EOF
-mode = "enforce"
+  start_sidecar_for "$kind" "${VLLM_URL[$kind]}" 'mode = "enforce"
 log_format = "json"
 [reissue]
 ladder = ["no-think", "salvage"]
-max_attempts = 3
-EOF
-  setsid "$PROJECT_PY" -m sidecar serve --config "$cfg" --upstream "${VLLM_URL[$kind]}" \
-    --listen "127.0.0.1:$port" --metrics-listen "127.0.0.1:$mport" \
-    >"$LOGS/sidecar-$kind.log" 2>&1 &
-  PIDS+=($!)
-  SIDECAR_URL[$kind]=http://127.0.0.1:$port
-  SIDECAR_METRICS[$kind]=http://127.0.0.1:$mport
-}
-
-wait_http() {  # wait_http NAME URL DEADLINE_EPOCH
-  local name=$1 url=$2 deadline=$3
-  until curl -sf -o /dev/null --max-time 2 "$url"; do
-    if (($(date +%s) >= deadline)); then
-      say "$name did not answer $url in time"
-      return 1
-    fi
-    for pid in "${PIDS[@]}"; do
-      kill -0 "$pid" 2>/dev/null || { say "$name: a started process exited early"; return 1; }
-    done
-    sleep 1
-  done
+max_attempts = 3'
+  SIDECAR_URL[$kind]=$SIDECAR_URL_OUT
+  SIDECAR_METRICS[$kind]=$SIDECAR_METRICS_OUT
 }
 
 concurrency() {
