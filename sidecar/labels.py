@@ -15,6 +15,7 @@ from detectors.base import Channel
 __all__ = [
     "DIALECT_NAMES",
     "MODES",
+    "BodyLayout",
     "Channel",
     "DialectChoice",
     "DialectName",
@@ -95,3 +96,7 @@ Thinking = Literal["on", "off"]
 
 LogFormat = Literal["json", "console"]
 """How log lines are written."""
+
+BodyLayout = Literal["vllm", "llamacpp"]
+"""Whose non-streaming chat or completions body a watched answer is rebuilt in: the
+server's own (``sidecar.dialects.Dialect.body_layout``)."""

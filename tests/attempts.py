@@ -14,6 +14,7 @@ from sidecar.apis.openai.chunks import ChunkKind
 from sidecar.apis.openai.completions import COMPLETIONS
 from sidecar.apis.openai.splice import ChunkSplicer, Head
 from sidecar.core.attempt import AttemptSpec, Totals
+from sidecar.dialects import DIALECTS
 
 
 def chunk_api(kind: ChunkKind) -> ChunkApi:
@@ -36,7 +37,7 @@ def chunk_attempt(
     facts = RequestFacts(fingerprint="", client_stream=not aggregate, usage=client_usage,
                          continuous_usage=client_continuous_usage,
                          hide_reasoning=hide_reasoning)
-    fold = api.fold(facts)
+    fold = api.fold(facts, DIALECTS["vllm"])
     splicer = api.splicer(facts, fold, request_id="test", model="m")
     assert isinstance(splicer, ChunkSplicer)
     splicer.head = head

@@ -203,8 +203,9 @@ class WireApi(abc.ABC):
     # -- streams ---------------------------------------------------------------------
 
     @abc.abstractmethod
-    def fold(self, facts: RequestFacts) -> Fold | None:
-        """The body builder of a non-streaming client, or None for a streaming one."""
+    def fold(self, facts: RequestFacts, dialect: Dialect) -> Fold | None:
+        """The body builder of a non-streaming client, or None for a streaming one
+        (``dialect``: the server behind, whose body layout it may imitate)."""
 
     @abc.abstractmethod
     def splicer(self, facts: RequestFacts, fold: Fold | None, *, request_id: str,

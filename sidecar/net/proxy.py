@@ -334,7 +334,7 @@ class Proxy:
                 self.metrics.policy_decision(decision.rule)
             log.info("policy", request_id=ex.request_id, model=model, rule=decision.rule,
                      source=decision.source, thinking=decision.thinking, reason=decision.reason)
-        fold = api.fold(facts)
+        fold = api.fold(facts, self.dialect)
         splicer = api.splicer(facts, fold, request_id=ex.request_id, model=model)
         sink: Sink = StreamSink(api, request) if fold is None else BodySink(api, fold)
         ladder = Ladder(cfg.reissue.ladder, max_attempts=cfg.reissue.max_attempts,

@@ -15,6 +15,7 @@ from detectors import DetectorConfig
 from sidecar.apis import REGISTRY
 from sidecar.apis.base import WireApi
 from sidecar.core.attempt import AttemptSpec, Totals
+from sidecar.dialects import DIALECTS
 from tests.apis.recorded import MODELS, recorded, request_body
 from tests.reliability.properties import pieces
 
@@ -27,7 +28,7 @@ def _run(api: WireApi, model: str, way: str, reads: Sequence[bytes]) -> tuple[An
     attempt of ``api``: the first attempt to a streaming client, a reissue after a cut
     first attempt (``reissue``), or a first attempt to a non-streaming client (``body``)."""
     facts = api.facts(request_body(api, model, stream=way != "body"))
-    fold = api.fold(facts)
+    fold = api.fold(facts, DIALECTS["vllm"])
     splicer = api.splicer(facts, fold, request_id="r", model=model)
     earlier = Totals()
     number = 0

@@ -141,7 +141,7 @@ class Messages(WireApi):
 
     # -- streams ---------------------------------------------------------------------
 
-    def fold(self, facts: RequestFacts) -> MessageFold | None:
+    def fold(self, facts: RequestFacts, dialect: Dialect) -> MessageFold | None:
         return None if facts.client_stream else MessageFold()
 
     def splicer(self, facts: RequestFacts, fold: Any, *, request_id: str,

@@ -61,7 +61,7 @@ class LineApi(WireApi):
         model = step.split(":", 1)[1] if step.startswith("fallback:") else None
         return lines.no_think_body(body, rules, model=model)
 
-    def fold(self, facts: RequestFacts) -> Folder | None:
+    def fold(self, facts: RequestFacts, dialect: Dialect) -> Folder | None:
         return None if facts.client_stream else Folder(self.kind)
 
     def splicer(self, facts: RequestFacts, fold: Any, *, request_id: str,

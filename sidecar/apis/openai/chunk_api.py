@@ -60,10 +60,11 @@ class ChunkApi(WireApi):
         return requests.no_think_body(body, rules, client_stream=facts.client_stream,
                                       open_choices=open_choices, model=model)
 
-    def fold(self, facts: RequestFacts) -> Aggregator | None:
+    def fold(self, facts: RequestFacts, dialect: Dialect) -> Aggregator | None:
         if facts.client_stream:
             return None
-        return Aggregator(self.kind, hide_reasoning=facts.hide_reasoning)
+        return Aggregator(self.kind, hide_reasoning=facts.hide_reasoning,
+                          layout=dialect.body_layout)
 
     def splicer(self, facts: RequestFacts, fold: Any, *, request_id: str,
                 model: str | None) -> ChunkSplicer:

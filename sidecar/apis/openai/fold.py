@@ -2,7 +2,11 @@
 stream a streaming client would have seen (pure).
 
 Field order and defaults follow vLLM 0.32's pydantic models (``ChatCompletionResponse``,
-``CompletionResponse``, ``UsageInfo``), checked against the captured bodies.
+``CompletionResponse``, ``UsageInfo``), checked against the captured bodies. With
+``layout="llamacpp"`` the body is llama.cpp ``llama-server``'s instead (field order of its
+``server-task.cpp``, checked against tests/data/captures/llama.cpp): no null fields,
+``content`` always a string, ``reasoning_content`` only when there is reasoning, ``id``
+after ``usage``, and the last attempt's ``timings``.
 
 The sidecar sends non-streaming watched requests upstream as streams (with
 ``include_usage``) so it can watch them; the client still gets a ``chat.completion`` or
@@ -20,6 +24,7 @@ import orjson
 
 from sidecar.apis.base import Body, Fold
 from sidecar.apis.openai.chunks import ChunkKind
+from sidecar.labels import BodyLayout
 
 
 class _ChoiceAcc:
@@ -48,11 +53,16 @@ class _ChoiceAcc:
 
 
 class Aggregator(Fold):
-    """Accumulates the chunks of one (possibly spliced) response."""
+    """Accumulates the chunks of one (possibly spliced) response, for the body ``layout``
+    of the server behind (``sidecar.dialects.Dialect.body_layout``)."""
 
-    def __init__(self, kind: ChunkKind, *, hide_reasoning: bool = False) -> None:
+    def __init__(self, kind: ChunkKind, *, hide_reasoning: bool = False,
+                 layout: BodyLayout = "vllm") -> None:
         self.kind = kind
         self.hide_reasoning = hide_reasoning
+        self.layout = layout
+        #: llama.cpp's per-response ``timings`` object, from the last chunk that had one.
+        self.timings: Any = None
         self.head: dict[str, Any] = {}
         self.choices: dict[int, _ChoiceAcc] = {}
         self.usage: dict[str, Any] | None = None
@@ -70,6 +80,8 @@ class Aggregator(Fold):
             self.prompt_token_ids = chunk["prompt_token_ids"]
         if chunk.get("kv_transfer_params") is not None:
             self.kv_transfer_params = chunk["kv_transfer_params"]
+        if "timings" in chunk:
+            self.timings = chunk["timings"]
         for choice in chunk.get("choices") or ():
             index = choice.get("index", 0)
             if index_map is not None:
@@ -129,7 +141,9 @@ class Aggregator(Fold):
         return Body(200, self.body())
 
     def body(self) -> bytes:
-        """The response body, serialized like vLLM 0.32."""
+        """The response body, serialized like vLLM 0.32 (or llama.cpp, by ``layout``)."""
+        if self.layout == "llamacpp":
+            return self._llamacpp_body()
         choices = [self._choice_body(i, self.choices[i]) for i in sorted(self.choices)]
         usage = dict(self.usage) if self.usage is not None else {
             "prompt_tokens": 0, "total_tokens": 0, "completion_tokens": 0}
@@ -184,6 +198,44 @@ class Aggregator(Fold):
             "token_ids": acc.token_ids, "prompt_logprobs": None, "prompt_token_ids": None,
             "routed_experts": None,
         }
+
+
+    def _llamacpp_body(self) -> bytes:
+        choices = []
+        for index in sorted(self.choices):
+            acc = self.choices[index]
+            content = "".join(acc.content)
+            if self.kind == "chat":
+                message: dict[str, Any] = {"role": acc.role, "content": content}
+                reasoning = "" if self.hide_reasoning else "".join(acc.reasoning)
+                if reasoning:
+                    message["reasoning_content"] = reasoning
+                if acc.tool_calls:
+                    message["tool_calls"] = acc.tool_calls
+                choice: dict[str, Any] = {"finish_reason": acc.finish_reason, "index": index,
+                                          "message": message}
+                if acc.logprobs is not None:
+                    choice["logprobs"] = acc.logprobs
+            else:
+                choice = {"text": content, "index": index, "logprobs": acc.logprobs,
+                          "finish_reason": acc.finish_reason}
+            choices.append(choice)
+        usage = dict(self.usage) if self.usage is not None else {}
+        ordered_usage: dict[str, Any] = {
+            "completion_tokens": usage.pop("completion_tokens", 0),
+            "prompt_tokens": usage.pop("prompt_tokens", 0),
+            "total_tokens": usage.pop("total_tokens", 0),
+        }
+        ordered_usage.update(usage)
+        out: dict[str, Any] = {
+            "choices": choices, "created": self.head.get("created"),
+            "model": self.head.get("model"), "system_fingerprint": self.system_fingerprint,
+            "object": "chat.completion" if self.kind == "chat" else "text_completion",
+            "usage": ordered_usage, "id": self.head.get("id"),
+        }
+        if self.timings is not None:
+            out["timings"] = self.timings
+        return orjson.dumps(out)
 
 
 _MAX_TOOL_CALL_GAP = 64

@@ -153,7 +153,7 @@ class Responses(WireApi):
 
     # -- streams ---------------------------------------------------------------------
 
-    def fold(self, facts: RequestFacts) -> ResponseFold | None:
+    def fold(self, facts: RequestFacts, dialect: Dialect) -> ResponseFold | None:
         return None if facts.client_stream else ResponseFold()
 
     def splicer(self, facts: RequestFacts, fold: Any, *, request_id: str,
