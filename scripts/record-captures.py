@@ -1,10 +1,13 @@
 #!/usr/bin/env python3
-"""Record wire captures from real vLLM servers running the tiny e2e models.
+"""Record wire captures from real vLLM or llama.cpp servers running the tiny e2e models.
 
-Usage (scripts/e2e-vllm.sh --record starts the servers and runs this):
+Usage (scripts/e2e-vllm.sh --record and scripts/e2e-llamacpp.sh --record start the servers
+and run this):
 
     python scripts/record-captures.py --out tests/data/captures/e2e \\
         --url loop=http://127.0.0.1:PORT --url leaky=... --url healthy=... --url korean=...
+    python scripts/record-captures.py --server llamacpp --out tests/data/captures/llama.cpp \\
+        --url loop=http://127.0.0.1:PORT --url leaky=... --url healthy=...
 
 Each case sends one request and stores the response body byte for byte (``.sse`` for streams,
 ``.json`` for plain bodies, ``.txt`` for header dumps and metrics). ``manifest.json`` lists every
@@ -243,6 +246,170 @@ CASES: tuple[Case, ...] = (
     Case("metrics.txt", "loop", "/metrics", method="GET"),
 )
 
+# llama.cpp's llama-server (scripts/e2e-llamacpp.sh): one server per model, started with
+# --alias tiny-KIND, so requests name the same models as on vLLM.
+LLAMACPP_KINDS = ("loop", "leaky", "healthy")
+LLAMACPP_CASES: tuple[Case, ...] = (
+    Case("models.json", "loop", "/v1/models", method="GET"),
+    Case("props.json", "loop", "/props", method="GET",
+         note="what sidecar.dialects.detect reads for dialect auto"),
+    Case(
+        "chat_thinking_loop.sse",
+        "loop",
+        "/v1/chat/completions",
+        chat("loop", max_tokens=48, stream=True),
+        headers_file="response_headers_stream.txt",
+        note="thinking loop; timings on the finish chunk",
+    ),
+    Case(
+        "chat_thinking_loop_usage.sse",
+        "loop",
+        "/v1/chat/completions",
+        chat("loop", max_tokens=48, stream=True, **USAGE),
+        note="include_usage: usage and timings on a last chunk with choices []",
+    ),
+    Case(
+        "chat_thinking_loop_nonstream.json",
+        "loop",
+        "/v1/chat/completions",
+        chat("loop", max_tokens=48),
+        headers_file="response_headers_nonstream.txt",
+    ),
+    Case(
+        "chat_thinking_off_answer.sse",
+        "loop",
+        "/v1/chat/completions",
+        chat("loop", max_tokens=48, stream=True, **USAGE, **THINK_OFF),
+        note="the reissue: chat_template_kwargs enable_thinking false answers and stops",
+    ),
+    Case(
+        "chat_thinking_off_nonstream.json",
+        "loop",
+        "/v1/chat/completions",
+        chat("loop", max_tokens=48, **THINK_OFF),
+    ),
+    Case(
+        "chat_reasoning_effort_none.sse",
+        "loop",
+        "/v1/chat/completions",
+        chat("loop", max_tokens=48, reasoning_effort="none", stream=True, **USAGE),
+        note="reasoning_effort none turns thinking off as well",
+    ),
+    Case(
+        "chat_thinking_budget_tokens_0.sse",
+        "loop",
+        "/v1/chat/completions",
+        chat("loop", max_tokens=48, thinking_budget_tokens=0, stream=True, **USAGE),
+        note="budget 0: no reasoning; the forced </think> is hidden, the answer follows",
+    ),
+    Case(
+        "chat_reasoning_budget_tokens_0.sse",
+        "loop",
+        "/v1/chat/completions",
+        chat("loop", max_tokens=48, reasoning_budget_tokens=0, stream=True, **USAGE),
+        note="the other name of the same budget",
+    ),
+    Case(
+        "chat_thinking_budget_tokens_20.sse",
+        "loop",
+        "/v1/chat/completions",
+        chat("loop", max_tokens=64, thinking_budget_tokens=20, stream=True, **USAGE),
+        note="llama.cpp forces </think> after 20 reasoning tokens; this model then answers",
+    ),
+    Case(
+        "chat_vllm_thinking_token_budget_20.sse",
+        "loop",
+        "/v1/chat/completions",
+        chat("loop", max_tokens=64, thinking_token_budget=20, stream=True, **USAGE),
+        note="vLLM's field is not llama.cpp's: ignored, the loop runs to max_tokens",
+    ),
+    Case(
+        "chat_leaky_thinking_off_loop.sse",
+        "leaky",
+        "/v1/chat/completions",
+        chat("leaky", max_tokens=96, stream=True, **USAGE, **THINK_OFF),
+        note="thinking off still loops, in content",
+    ),
+    Case(
+        "chat_leaky_thinking_off_nonstream.json",
+        "leaky",
+        "/v1/chat/completions",
+        chat("leaky", max_tokens=96, **THINK_OFF),
+    ),
+    Case(
+        "chat_healthy_thinking.sse",
+        "healthy",
+        "/v1/chat/completions",
+        chat("healthy", max_tokens=1024, stream=True, **USAGE),
+        note="301 distinct reasoning tokens, </think>, answer, stop",
+    ),
+    Case(
+        "chat_healthy_nonstream.json",
+        "healthy",
+        "/v1/chat/completions",
+        chat("healthy", max_tokens=1024),
+    ),
+    Case(
+        "chat_n2.sse",
+        "loop",
+        "/v1/chat/completions",
+        chat("loop", max_tokens=24, n=2, stream=True, **USAGE),
+    ),
+    Case(
+        "completions_raw_think_tags.sse",
+        "loop",
+        "/v1/completions",
+        {
+            "model": "tiny-loop",
+            "prompt": f"<|im_start|>user\n{QUESTION}<|im_end|>\n<|im_start|>assistant\n",
+            "max_tokens": 30,
+            "stream": True,
+            **USAGE,
+        },
+        note="no reasoning parsing on /v1/completions: <think> arrives as text",
+    ),
+    Case(
+        "chat_salvage_continue_final.sse",
+        "loop",
+        "/v1/chat/completions",
+        {"model": "tiny-loop", **SALVAGE, "max_tokens": 48, "stream": True, **USAGE},
+        note="the sidecar's salvage body (vLLM's continue_final_message)",
+    ),
+    Case(
+        "error_context_overflow.json",
+        "loop",
+        "/v1/chat/completions",
+        {"model": "tiny-loop", "max_tokens": 8,
+         "messages": [{"role": "user", "content": "Hello " * 5000}]},
+        headers_file="response_headers_error.txt",
+        note="a prompt longer than one slot's context",
+    ),
+    Case(
+        "error_context_overflow.sse",
+        "loop",
+        "/v1/chat/completions",
+        {"model": "tiny-loop", "max_tokens": 8, "stream": True,
+         "messages": [{"role": "user", "content": "Hello " * 5000}]},
+        note="the same, streaming: the error comes before the stream starts",
+    ),
+    Case(
+        "error_unknown_model.json",
+        "loop",
+        "/v1/chat/completions",
+        {"model": "nope", "messages": USER, "max_tokens": 8},
+        note="one model per server: the name is not checked",
+    ),
+    Case(
+        "error_messages_missing.json",
+        "loop",
+        "/v1/chat/completions",
+        {"model": "tiny-loop", "max_tokens": 8},
+    ),
+    Case("slots.json", "loop", "/slots", method="GET", note="idle slots"),
+    Case("metrics.txt", "loop", "/metrics", method="GET"),
+)
+SERVERS = {"vllm": (KINDS, CASES), "llamacpp": (LLAMACPP_KINDS, LLAMACPP_CASES)}
+
 
 @dataclass(frozen=True, slots=True)
 class Reply:
@@ -280,22 +447,33 @@ def header_dump(reply: Reply) -> bytes:
     return ("\n".join(lines) + "\n\n").encode() + reply.body
 
 
+def server_version(server: str, base: str) -> dict[str, Any]:
+    """The manifest's record of which server answered."""
+    if server == "vllm":
+        reply = send(base, Case("", "loop", "/version", method="GET"), 10)
+        return {"vllm_version": json.loads(reply.body).get("version")}
+    props = json.loads(send(base, Case("", "loop", "/props", method="GET"), 10).body)
+    return {"server": "llama.cpp llama-server", "build_info": props.get("build_info")}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--server", choices=sorted(SERVERS), default="vllm")
     parser.add_argument("--out", type=pathlib.Path, required=True)
     parser.add_argument("--url", action="append", default=[], help="KIND=http://127.0.0.1:PORT")
-    parser.add_argument("--server-args", default="", help="vLLM command line, for the manifest")
+    parser.add_argument("--server-args", default="", help="server command line, for the manifest")
     parser.add_argument("--timeout", type=float, default=120.0)
     args = parser.parse_args(argv)
+    kinds, cases = SERVERS[args.server]
     urls = dict(item.split("=", 1) for item in args.url)
-    missing = sorted({c.kind for c in CASES} - urls.keys())
+    missing = sorted({c.kind for c in cases} - urls.keys())
     if missing:
         parser.error(f"missing --url for {', '.join(missing)}")
     args.out.mkdir(parents=True, exist_ok=True)
 
-    version = json.loads(send(urls["loop"], Case("", "loop", "/version", method="GET"), 10).body)
+    version = server_version(args.server, urls["loop"])
     entries: list[dict[str, Any]] = []
-    for case in CASES:
+    for case in cases:
         reply = send(urls[case.kind], case, args.timeout)
         (args.out / case.file).write_bytes(reply.body)
         if case.headers_file:
@@ -314,14 +492,15 @@ def main(argv: list[str] | None = None) -> int:
             }
         )
         print(f"{reply.status} {case.file} ({len(reply.body)} bytes)")
+    name = "vLLM" if args.server == "vllm" else "llama.cpp"
     manifest = {
-        "source": "recorded by scripts/record-captures.py from a local vLLM server on loopback",
+        "source": f"recorded by scripts/record-captures.py from a local {name} server on loopback",
         "license": "Apache-2.0 (generated by this project; the models are tests/e2e/tiny_model.py)",
-        "vllm_version": version.get("version"),
+        **version,
         "server_args": args.server_args,
         "fixture_sha256": hashlib.sha256(FIXTURE.read_bytes()).hexdigest()[:16],
         "recorded_at": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
-        "served_models": {kind: f"tiny-{kind}" for kind in KINDS},
+        "served_models": {kind: f"tiny-{kind}" for kind in kinds},
         "captures": entries,
     }
     text = json.dumps(manifest, ensure_ascii=False, indent=2) + "\n"
