@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from aiohttp import web
@@ -54,12 +55,13 @@ class Node:
 NODE_KEY = web.AppKey("sim_node", Node)
 
 
-def json_response(body: bytes, status: int = 200) -> web.Response:
-    """A JSON body with the headers vLLM's uvicorn sends."""
-    return web.Response(status=status, body=body, headers=JSON_HEADERS)
+def json_response(body: bytes, status: int = 200,
+                  headers: Mapping[str, str] = JSON_HEADERS) -> web.Response:
+    """A JSON body with the headers vLLM's uvicorn sends (or the given ones)."""
+    return web.Response(status=status, body=body, headers=headers)
 
 
 def error_response(node: Node, err: ApiError) -> web.Response:
-    """An OpenAI-style error body with the error's status."""
-    body = node.wire.error_body(err.message, err.err_type, err.param, err.status)
-    return json_response(body, err.status)
+    """An OpenAI-style error body with the error's status, in the node's dialect."""
+    body = node.wire.error_body(err.message, err.err_type, err.param, err.status, err.details)
+    return json_response(body, err.status, node.wire.json_headers)

@@ -3,6 +3,10 @@
 
 The messages of the two captured errors (unknown model, ``max_tokens`` too large) are
 exact; the wording of the other 400s follows vLLM's validators but was not captured.
+``server="llamacpp"`` checks as a real llama-server does (tests/data/captures/llama.cpp):
+one model per server, so the name is not checked (an unknown one is served as
+``sim-loop``); ``max_tokens`` beyond the context is no error, generation stops at the
+context's end; a prompt that does not fit is ``exceed_context_size_error``.
 """
 
 from __future__ import annotations
@@ -16,6 +20,8 @@ from sidecar.simulator.tokenizer import message_text, render_chat, think_state_o
 
 Endpoint = Literal["chat", "completions", "messages", "responses"]
 COMPLETIONS_DEFAULT_MAX_TOKENS = 16  # vLLM's CompletionRequest default
+#: llama.cpp's error type for a prompt longer than a slot's context.
+CONTEXT_OVERFLOW = "exceed_context_size_error"
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,6 +32,8 @@ class ApiError(Exception):
     message: str
     err_type: str = "BadRequestError"
     param: str | None = None
+    #: Extra fields of the error object (llama.cpp's context overflow names the sizes).
+    details: Mapping[str, int] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,12 +132,29 @@ def _stream_flags(body: Mapping[str, Any]) -> tuple[bool, bool, bool]:
     return stream, include, continuous
 
 
+def _llamacpp_max_tokens(requested: int | None, prompt_tokens: int, max_model_len: int) -> int:
+    if prompt_tokens >= max_model_len:
+        raise ApiError(
+            400,
+            f"request ({prompt_tokens} tokens) exceeds the available context size "
+            f"({max_model_len} tokens), try increasing it",
+            CONTEXT_OVERFLOW,
+            details={"n_prompt_tokens": prompt_tokens, "n_ctx": max_model_len},
+        )
+    room = max_model_len - prompt_tokens
+    # ⚠ Not captured: max_tokens 0 or negative (llama.cpp's -1 is "no limit").
+    return room if requested is None or requested <= 0 else min(requested, room)
+
+
 def _max_tokens(
-    body: Mapping[str, Any], prompt_tokens: int, max_model_len: int, default: int | None
+    body: Mapping[str, Any], prompt_tokens: int, max_model_len: int, default: int | None,
+    server: str = "vllm",
 ) -> int:
     requested = _int_field(body, "max_completion_tokens")
     if requested is None:
         requested = _int_field(body, "max_tokens")
+    if server == "llamacpp":
+        return _llamacpp_max_tokens(requested, prompt_tokens, max_model_len)
     if requested is None:
         requested = default
     if requested is not None and requested > max_model_len:
@@ -171,8 +196,10 @@ def _n(body: Mapping[str, Any]) -> int:
     return n
 
 
-def _model(body: Mapping[str, Any], known: tuple[str, ...]) -> str:
+def _model(body: Mapping[str, Any], known: tuple[str, ...], server: str = "vllm") -> str:
     model = body.get("model")
+    if server == "llamacpp" and (not isinstance(model, str) or model not in known):
+        return "sim-loop"
     if not isinstance(model, str) or model not in known:
         shown = model if isinstance(model, str) else str(model)
         raise ApiError(
@@ -196,6 +223,7 @@ def _job(
     known: tuple[str, ...],
     max_model_len: int,
     default_max_tokens: int | None,
+    server: str,
 ) -> Job:
     """The checks both endpoints make after their own body checks, in vLLM's order
     (thinking budget, repetition detection, ``n``, model, then ``max_tokens`` against the
@@ -203,9 +231,9 @@ def _job(
     budget = _budget(body)
     repetition = _repetition(body)
     n = _n(body)
-    model = _model(body, known)
+    model = _model(body, known, server)
     prompt_tokens = len(tokenize(prompt))
-    max_tokens = _max_tokens(body, prompt_tokens, max_model_len, default_max_tokens)
+    max_tokens = _max_tokens(body, prompt_tokens, max_model_len, default_max_tokens, server)
     stream, include, continuous = flags
     request_id = body.get("request_id")
     return Job(
@@ -224,8 +252,10 @@ def _job(
     )
 
 
-def parse_chat(body: object, *, known: tuple[str, ...], max_model_len: int) -> Job:
-    """Validate a ``/v1/chat/completions`` body (raises :class:`ApiError`)."""
+def parse_chat(body: object, *, known: tuple[str, ...], max_model_len: int,
+               server: str = "vllm") -> Job:
+    """Validate a ``/v1/chat/completions`` body (raises :class:`ApiError`); ``server``:
+    whose checks (see the module docstring)."""
     if not isinstance(body, Mapping):
         raise _bad("The request body must be a JSON object.")
     flags = _stream_flags(body)
@@ -263,10 +293,12 @@ def parse_chat(body: object, *, known: tuple[str, ...], max_model_len: int) -> J
         known=known,
         max_model_len=max_model_len,
         default_max_tokens=None,
+        server=server,
     )
 
 
-def parse_completion(body: object, *, known: tuple[str, ...], max_model_len: int) -> Job:
+def parse_completion(body: object, *, known: tuple[str, ...], max_model_len: int,
+                     server: str = "vllm") -> Job:
     """Validate a ``/v1/completions`` body (raises :class:`ApiError`). Only one prompt
     string is supported; the raw prompt decides whether the model starts thinking."""
     if not isinstance(body, Mapping):
@@ -292,4 +324,5 @@ def parse_completion(body: object, *, known: tuple[str, ...], max_model_len: int
         known=known,
         max_model_len=max_model_len,
         default_max_tokens=COMPLETIONS_DEFAULT_MAX_TOKENS,
+        server=server,
     )

@@ -9,7 +9,7 @@ from __future__ import annotations
 import random
 import time
 import zlib
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 
 import orjson
 from aiohttp import web
@@ -17,6 +17,7 @@ from aiohttp import web
 from sidecar.simulator import ollama
 from sidecar.simulator.node import (
     BASE_HEADERS,
+    JSON_HEADERS,
     NODE_KEY,
     Node,
     error_response,
@@ -24,6 +25,7 @@ from sidecar.simulator.node import (
 )
 from sidecar.simulator.requests import ApiError
 from sidecar.simulator.tokenizer import message_text, render_chat, token_id, tokenize
+from sidecar.simulator.wires import LlamaCppWire
 
 
 async def read_json(request: web.Request) -> object:
@@ -165,7 +167,8 @@ def add_dialect_routes(app: web.Application, dialect: str) -> None:
         app.router.add_get("/props", _json_route({
             "default_generation_settings": {"n_ctx": 8192, "params": {"reasoning_format":
                                                                        "deepseek"}},
-            "total_slots": 1, "model_path": "sim.gguf", "build_info": "b7000-sim"}))
+            "total_slots": 1, "model_path": "sim.gguf", "build_info": "b7000-sim"},
+            LlamaCppWire.json_headers))
     elif dialect == "sglang":
         app.router.add_get("/get_model_info", _json_route({
             "model_path": "sim-qwen3", "tokenizer_path": "sim-qwen3", "is_generation": True}))
@@ -176,10 +179,11 @@ def add_dialect_routes(app: web.Application, dialect: str) -> None:
         app.router.add_post("/api/generate", ollama.generate_route)
 
 
-def _json_route(obj: object) -> Callable[[web.Request], Awaitable[web.Response]]:
+def _json_route(obj: object, headers: Mapping[str, str] = JSON_HEADERS,
+                ) -> Callable[[web.Request], Awaitable[web.Response]]:
     body = orjson.dumps(obj)
 
     async def handler(_request: web.Request) -> web.Response:
-        return json_response(body)
+        return json_response(body, headers=headers)
 
     return handler

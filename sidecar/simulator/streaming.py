@@ -20,7 +20,6 @@ from sidecar.simulator.generation import Channel, Mode, Script, Token, generate,
 from sidecar.simulator.node import (
     JSON_HEADERS,
     NODE_KEY,
-    SSE_HEADERS,
     ClientGoneError,
     Node,
     error_response,
@@ -71,7 +70,8 @@ async def _generate(request: web.Request, *, chat: bool) -> web.StreamResponse:
     try:
         body = node.dialect_body(await read_json(request))
         parse = parse_chat if chat else parse_completion
-        job = parse(body, known=node.behaviours.names, max_model_len=node.config.max_model_len)
+        job = parse(body, known=node.behaviours.names, max_model_len=node.config.max_model_len,
+                    server=node.dialect)
         trace = None
         if job.model == "sim-replay":
             try:
@@ -125,6 +125,10 @@ class _Run:
         self.accounting = Accounting(node, job.model)
         self.sent = 0  # token chunks sent (or, non-streaming, tokens generated)
         self.roled: set[int] = set()  # choices whose first delta carried the role
+        # The text a thinking-off answer starts with (llama.cpp), until each choice has it.
+        self.prefix = (node.wire.thinking_off_prefix
+                       if chat and job.spec.mode is Mode.NO_THINK else "")
+        self.prefixed: set[int] = set()
         self.resp: web.StreamResponse | None = None
 
     def _fault(self, kind: FaultKind) -> bool:
@@ -196,11 +200,23 @@ class _Run:
         return Usage(self.job.prompt_tokens, token.completion_tokens, token.reasoning_tokens)
 
     def _chunk(self, index: int, token: Token) -> bytes | None:
+        wire = self.node.wire
+        if token.finish_reason is None or not wire.ends_choices_alone:
+            return self._token_chunk(index, token, token.finish_reason)
+        # The choice's last token, then its own end (finish, usage, timings).
+        text = b""
+        if token.channel is not Channel.SPECIAL or (not self.chat and token.text):
+            text = self._token_chunk(index, token, None) or b""
+        end = wire.chat_choice_end if self.chat else wire.completion_choice_end
+        return text + end(self.ident, index, token.finish_reason, self._usage(token),
+                          include_usage=self.job.include_usage)
+
+    def _token_chunk(self, index: int, token: Token, finish_reason: str | None) -> bytes | None:
         job, wire = self.job, self.node.wire
         usage = self._usage(token) if job.continuous_usage else None
         fingerprint = (
             self.node.fingerprint
-            if token.finish_reason is not None and not job.include_usage
+            if finish_reason is not None and not job.include_usage
             else None
         )
         if not self.chat:
@@ -208,18 +224,22 @@ class _Run:
                 self.ident,
                 index,
                 token.text,
-                finish_reason=token.finish_reason,
+                finish_reason=finish_reason,
                 stop_reason=token.stop_reason,
                 usage=usage,
                 fingerprint=fingerprint,
             )
         hidden = token.channel is Channel.REASONING and not job.include_reasoning
         if token.channel is Channel.SPECIAL or hidden:
-            if token.finish_reason is None:
+            if finish_reason is None:
                 return None  # the parser swallows <think>, </think> (and hidden reasoning)
             delta: dict[str, str] = dict(wire.eos_delta) if token.channel is Channel.SPECIAL else {}
         else:
-            delta = {token.channel.value: token.text}
+            text = token.text
+            if self.prefix and token.channel is Channel.CONTENT and index not in self.prefixed:
+                self.prefixed.add(index)
+                text = self.prefix + text
+            delta = {token.channel.value: text}
         if wire.role_in_first_delta and index not in self.roled:
             self.roled.add(index)
             delta = {"role": "assistant", "content": "", **delta}
@@ -227,7 +247,7 @@ class _Run:
             self.ident,
             index,
             delta,
-            finish_reason=token.finish_reason,
+            finish_reason=finish_reason,
             stop_reason=token.stop_reason,
             usage=usage,
             fingerprint=fingerprint,
@@ -263,7 +283,7 @@ class _Run:
                     await self.resp.write_eof()
                     return self.resp
             await pacer.step()
-        if job.include_usage:
+        if job.include_usage and not wire.ends_choices_alone:
             total = Usage(
                 job.prompt_tokens,
                 sum(t.completion_tokens for t in last.values()),
@@ -277,7 +297,7 @@ class _Run:
         return self.resp
 
     async def _open(self) -> web.StreamResponse:
-        resp = web.StreamResponse(status=200, headers=SSE_HEADERS)
+        resp = web.StreamResponse(status=200, headers=self.node.wire.sse_headers)
         resp.enable_chunked_encoding()
         await resp.prepare(self.request)
         return resp
@@ -317,6 +337,8 @@ class _Run:
             token = last[index]
             reasoning = "".join(texts[index][Channel.REASONING]) if job.include_reasoning else ""
             content = "".join(texts[index][Channel.CONTENT])
+            if content and self.prefix:
+                content = self.prefix + content
             results.append(
                 ChoiceResult(
                     index,
@@ -332,4 +354,5 @@ class _Run:
             sum(t.reasoning_tokens for t in last.values()),
         )
         make = node.wire.chat_response if self.chat else node.wire.completion_response
-        return json_response(make(self.ident, results, usage, node.fingerprint))
+        return json_response(make(self.ident, results, usage, node.fingerprint),
+                             headers=node.wire.json_headers)

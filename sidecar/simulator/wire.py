@@ -10,7 +10,7 @@ Other dialects (llama.cpp, SGLang, Ollama) subclass :class:`WireDialect`.
 from __future__ import annotations
 
 import abc
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -60,6 +60,16 @@ class WireDialect(abc.ABC):
     #: The delta of the finish chunk that an invisible token (end of sequence) produces.
     #: vLLM 0.32 sends ``{"content": ""}`` there (seen in tests/data/captures/e2e).
     eos_delta: dict[str, str] = {}  # noqa: RUF012 - read-only class constant
+    #: Response headers of the generation routes: of a stream, and of a JSON body.
+    sse_headers: Mapping[str, str] = {
+        "server": "uvicorn", "content-type": "text/event-stream; charset=utf-8", "vary": "Origin"}
+    json_headers: Mapping[str, str] = {"server": "uvicorn", "content-type": "application/json"}
+    #: True for servers that end every choice of a stream on its own (llama.cpp runs each
+    #: choice as a task): the last token of a choice is written by ``chat_choice_end`` or
+    #: ``completion_choice_end``, usage included, and no usage chunk for all choices follows.
+    ends_choices_alone = False
+    #: Text a server puts before the answer when thinking is off (chat, template pre-fill).
+    thinking_off_prefix = ""
 
     def done_after_error(self) -> bytes:
         """What follows an in-stream error event: ``done()`` unless the server just stops."""
@@ -135,9 +145,22 @@ class WireDialect(abc.ABC):
     ) -> bytes:
         """A whole non-streaming ``/v1/completions`` body."""
 
+    def chat_choice_end(self, ident: StreamIdentity, index: int, finish_reason: str,
+                        usage: Usage, *, include_usage: bool) -> bytes:
+        """The end of one chat choice (``ends_choices_alone`` wires): its finish chunk and,
+        if asked for, that choice's usage."""
+        raise NotImplementedError(f"{type(self).__name__} ends all choices together")
+
+    def completion_choice_end(self, ident: StreamIdentity, index: int, finish_reason: str,
+                              usage: Usage, *, include_usage: bool) -> bytes:
+        """The end of one ``/v1/completions`` choice (``ends_choices_alone`` wires)."""
+        raise NotImplementedError(f"{type(self).__name__} ends all choices together")
+
     @abc.abstractmethod
-    def error_body(self, message: str, err_type: str, param: str | None, code: int) -> bytes:
-        """An error as a JSON body (before any stream started)."""
+    def error_body(self, message: str, err_type: str, param: str | None, code: int,
+                   details: Mapping[str, int] | None = None) -> bytes:
+        """An error as a JSON body (before any stream started); ``details`` are extra
+        fields a server adds to some errors (llama.cpp's context overflow)."""
 
     @abc.abstractmethod
     def stream_error(self, message: str, err_type: str, code: int) -> bytes:
@@ -377,7 +400,8 @@ class Vllm032Wire(WireDialect):
             metrics=None,
         )
 
-    def error_body(self, message: str, err_type: str, param: str | None, code: int) -> bytes:
+    def error_body(self, message: str, err_type: str, param: str | None, code: int,
+                   details: Mapping[str, int] | None = None) -> bytes:
         return _dumps(
             {"error": {"message": message, "type": err_type, "param": param, "code": code}}
         )

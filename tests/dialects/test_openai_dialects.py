@@ -156,3 +156,24 @@ async def test_first_deltas_of_each_server_are_accepted(dialect_stack: DialectSt
 
     assert strip_ids(via) == strip_ids(direct)
     assert via.endswith(b"data: [DONE]\n\n")
+
+
+async def test_llamacpp_watched_body_is_the_servers_own(dialect_stack: DialectStack) -> None:
+    """A healthy non-streaming answer, watched as a stream, comes back in llama-server's
+    own body layout: the same bytes as the server's direct answer once the id (drawn per
+    response) is blanked. (The simulator's layout is held to a real llama-server's by
+    tests/simulator/test_llamacpp_captures.py.)"""
+    stack = await dialect_stack("llamacpp")
+    body = {"model": "sim-healthy", "max_tokens": 64,
+            "messages": [{"role": "user", "content": "hi"}]}
+    async with aiohttp.ClientSession() as s:
+        async with s.post(stack.sim_url + "/v1/chat/completions", json=body) as r:
+            direct = orjson.loads(await r.read())
+        async with s.post(stack.url + "/v1/chat/completions", json=body) as r:
+            assert r.status == 200
+            proxied = orjson.loads(await r.read())
+    assert list(proxied) == list(direct)
+    assert list(direct) == ["choices", "created", "model", "system_fingerprint", "object",
+                            "usage", "id", "timings"]
+    proxied["id"], proxied["created"] = direct["id"], direct["created"]
+    assert proxied == direct
