@@ -16,9 +16,8 @@ import pytest
 pytestmark = pytest.mark.llamacpp
 
 MAX_TOKENS = 4000  # what a runaway left alone would burn (one slot holds 4096 tokens)
-#: Most tokens a cut attempt may cost upstream. The sidecar decides within about 200 tokens
-#: of the loop; llama.cpp runs the tiny model at a few thousand tokens a second, so by the
-#: time the sidecar's cancel reaches it a few hundred more have been generated.
+#: Most tokens a cut attempt may cost upstream: loose on purpose (measured: about 240 for
+#: the cut attempt and the answer together; see the conftest's docstring).
 CUT_BOUND = MAX_TOKENS // 2
 USAGE = {"stream_options": {"include_usage": True}}
 #: What llama.cpp puts before the thinking-off answer: the template pre-fills
