@@ -33,8 +33,9 @@ async def test_messages_loop_is_cut_and_answered(dialect_stack: DialectStack,
 @pytest.mark.parametrize("dialect", ["llamacpp", "ollama"])
 async def test_responses_loop_is_cut_and_answered(dialect_stack: DialectStack,
                                                   dialect: str) -> None:
-    """The reasoning loop is cut and answered; sequence numbers follow the server (none
-    added for llama.cpp, contiguous for Ollama)."""
+    """The reasoning loop is cut and answered; numbering follows the server (llama.cpp
+    gives events no sequence_number and items no output_index, so neither does the
+    sidecar; Ollama's are contiguous); the cut item is closed and in the final output."""
     stack = await dialect_stack(dialect)
     _, _, data = await post(stack.url + "/v1/responses", {
         "model": "sim-loop", "max_output_tokens": 3000, "input": PROMPT, "stream": True})
@@ -42,10 +43,14 @@ async def test_responses_loop_is_cut_and_answered(dialect_stack: DialectStack,
     numbers = [e.get("sequence_number") for _, e in events]
     if dialect == "llamacpp":
         assert numbers == [None] * len(events)
+        assert all("output_index" not in e for _, e in events)
     else:
         assert numbers == list(range(len(events)))
-    assert [n for n, _ in events].count("response.completed") == 1
+    names = [n for n, _ in events]
+    assert names.count("response.completed") == 1
+    assert names.count("response.output_item.added") == names.count("response.output_item.done")
     final = events[-1][1]["response"]
+    assert [item["type"] for item in final["output"]] == ["reasoning", "message"]
     assert ANSWER in final["output"][-1]["content"][0]["text"]
     client = AsyncOpenAI(base_url=stack.url + "/v1", api_key="k", max_retries=0)
     response = await client.responses.create(model="sim-loop", max_output_tokens=3000,

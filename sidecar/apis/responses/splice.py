@@ -90,6 +90,9 @@ class ResponsesSplicer(Splicer):
         self.open: _OpenItem | None = None
         self._offset = 0
         self._done_before = 0
+        #: The server gives items an ``output_index`` (llama.cpp does not: then neither
+        #: does the sidecar, and items are counted in order).
+        self.indexed = True
         #: The last ``sequence_number`` the current attempt's upstream sent; the text of
         #: the open item (kept up to ``MAX_KEPT_REASONING`` characters), for the events
         #: that close it after a cut. The attempt keeps both up to date.
@@ -113,7 +116,9 @@ class ResponsesSplicer(Splicer):
         kind = obj.get("type")
         if kind == "response.output_item.added":
             index, item = obj.get("output_index"), obj.get("item")
-            if isinstance(index, int) and isinstance(item, dict):
+            if not isinstance(index, int):  # a server that numbers no items (llama.cpp)
+                index, self.indexed = self.items, False
+            if isinstance(item, dict):
                 self.open = _OpenItem(index, item)
                 self.items = max(self.items, index + 1)
                 self.item_text, self._item_chars = [], 0
@@ -186,6 +191,8 @@ class ResponsesSplicer(Splicer):
     def _emit(self, objs: list[dict[str, Any]], marker: bytes) -> bytes:
         for obj in objs:
             self._number(obj)
+            if not self.indexed:
+                obj.pop("output_index", None)
             self.seen(obj)
         if self.fold is not None:
             for obj in objs:
