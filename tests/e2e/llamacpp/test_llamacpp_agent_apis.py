@@ -53,7 +53,8 @@ def test_messages_loop_is_cut_and_answered(loop_node, e2e_report) -> None:
     events = _events(resp.text)
     names = [n for n, _ in events]
     assert names.count("message_start") == 1
-    assert names[-1] == "message_stop" and names.count("message_stop") == 1
+    assert names[-1] == "message_stop"
+    assert names.count("message_stop") == 1
     starts = [(e["index"], e["content_block"]["type"]) for n, e in events  # type: ignore[index]
               if n == "content_block_start"]
     assert starts == [(0, "thinking"), (1, "text")]
@@ -95,11 +96,13 @@ def test_responses_loop_is_cut_and_answered(loop_node, e2e_report) -> None:
     events = _events(resp.text)
     assert all("sequence_number" not in e for _, e in events)
     names = [n for n, _ in events]
-    assert names.count("response.completed") == 1 and names[-1] == "response.completed"
+    assert names.count("response.completed") == 1
+    assert names[-1] == "response.completed"
     final = events[-1][1]["response"]
     assert final["status"] == "completed"  # type: ignore[index]
     types = [item["type"] for item in final["output"]]  # type: ignore[index]
-    assert types[0] == "reasoning" and types[-1] == "message"
+    assert types[0] == "reasoning"
+    assert types[-1] == "message"
     added = sum(1 for n in names if n == "response.output_item.added")
     assert added == sum(1 for n in names if n == "response.output_item.done")
     answer = final["output"][-1]["content"][0]["text"]  # type: ignore[index]
