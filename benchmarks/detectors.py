@@ -39,6 +39,7 @@ NEVER_FIRE = DetectorConfig(
     salad_run_tokens=10**9,
     symbol_run_tokens=10**9,
     script_mix=99,
+    restatement_copies=10**9,
     stall_seconds=None,
 )
 

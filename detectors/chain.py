@@ -21,8 +21,14 @@ from detectors.config import DetectorConfig
 from detectors.degeneration import DegenerationAnalyzer
 from detectors.periodic import PeriodicAnalyzer
 from detectors.recurrence import RecurrenceAnalyzer
+from detectors.restatement import RestatementAnalyzer
 
 AnalyzerFactory = tuple[str, Callable[[], BlockAnalyzer]]
+
+#: Text detectors that watch the thinking channel only. An answer may write one line many
+#: times (table rows, a field per item); rumination is a thinking-phase behaviour, and an
+#: answer that loops is still caught by the periodic and recurrence detectors.
+THINKING_ONLY = frozenset({"restatement"})
 
 
 @functools.lru_cache(maxsize=64)
@@ -52,6 +58,15 @@ def text_analyzers(config: DetectorConfig) -> tuple[AnalyzerFactory, ...]:
                     config.periodic_min_repeats,
                     config.periodic_min_span,
                     config.periodic_max_period,
+                ),
+            )
+        )
+    if config.restatement_enabled:
+        found.append(
+            (
+                "restatement",
+                lambda: RestatementAnalyzer(
+                    config.restatement_copies, config.restatement_window_chars
                 ),
             )
         )
@@ -124,7 +139,11 @@ class Chain:
         self._answered = False
         # Built on the first content delta: most of a reasoning stream never needs its tables.
         self._content: _Stream | None = None
-        self._content_factories = factories if config.content_enabled else ()
+        self._content_factories = (
+            tuple(f for f in factories if f[0] not in THINKING_ONLY)
+            if config.content_enabled
+            else ()
+        )
         self._token_budget = (
             None
             if config.thinking_token_budget is None
@@ -237,8 +256,8 @@ def default_chain(config: DetectorConfig, *, started_at: float = 0.0) -> Chain:
     """The detectors that guard a stream, configured once from ``config``.
 
     Registered, in order: the thinking token budget, the thinking wall-clock budget
-    (counted from ``started_at``), then per channel the degeneration, periodic-tail and
-    recurrence detectors (on ``content`` too unless ``content_enabled`` is off), and on the
-    timer the stall detector.
+    (counted from ``started_at``), then per channel the degeneration, periodic-tail,
+    restatement and recurrence detectors (on ``content`` too, all but restatement, unless
+    ``content_enabled`` is off), and on the timer the stall detector.
     """
     return Chain(config, started_at)

@@ -53,6 +53,13 @@ class DetectorConfig:
     #: Longest period searched, in characters.
     periodic_max_period: int = 1024
 
+    #: Run the restatement detector (one line, or one whole list, written again and again).
+    restatement_enabled: bool = True
+    #: Fire when one statement has been written this many times ...
+    restatement_copies: int = 8
+    #: ... within this many characters of the channel (healthy max seen: 5 in 16,384).
+    restatement_window_chars: int = 16384
+
     #: Run the degeneration (word salad, symbol runs) detector.
     degeneration_enabled: bool = True
     #: Fire on a run of this many word tokens with no punctuation or line break.

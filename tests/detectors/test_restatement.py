@@ -1,0 +1,142 @@
+"""The restatement detector: one statement written again and again, whatever is around it."""
+
+from __future__ import annotations
+
+import pytest
+from detector_helpers import feed_pieces, feed_text, key
+from enumeration import inline, listed
+
+from detectors import DetectorConfig
+from detectors.blocks import Blocker
+from detectors.restatement import RestatementAnalyzer
+from detectors.tokenize import split_deltas
+
+FORMULA = "P = (R_planet / R_star) * (1 / (orbital period)) * (some factor)"
+
+#: Varied sentences between the copies, none of them repeated (so per-block copied-shingle
+#: evidence stays low, as in the rumination traces of issue 28).
+LEADS = [
+    "Alternatively, the transit probability is given by the formula:",
+    "But I need to think of the actual formula.",
+    "Maybe the probability depends on the stellar radius in another way.",
+    "Hmm, the question gives the masses of both host stars, which must matter somehow.",
+    "I recall that the geometric probability scales with the size of the star.",
+    "Wait, perhaps I should consider the semi-major axis instead of the period.",
+    "Kepler's third law relates the period to the distance from the star.",
+    "So a shorter period means the planet is closer, which helps the transit.",
+    "Let me look at the answer options again before going further.",
+    "The first planet has an orbit three times shorter than the second one.",
+    "Both stars seem to have the same radius according to the problem statement.",
+    "If the radii are equal, only the orbital distance should change the result.",
+    "That would make the ratio of probabilities depend on the period to some power.",
+    "I am not sure whether the exponent is two thirds or one half here.",
+    "Perhaps the answer expects a rough factor between two and three.",
+    "Another approach would be to compare the impact parameters of the orbits.",
+    "Circular orbits make the calculation simpler than it would otherwise be.",
+    "The researchers want to observe the planet with the higher chance to transit.",
+    "Let me reconsider the dependence of the probability on the host star mass.",
+    "A heavier star with the same period pushes the planet to a wider orbit.",
+]
+
+
+def rumination(copies: int, line: str = FORMULA) -> str:
+    """``copies`` copies of ``line``, each after a different sentence, as paragraphs."""
+    return "".join(f"{LEADS[i % len(LEADS)]}\n\n{line}\n\n" for i in range(copies))
+
+
+def test_restated_line_fires_on_the_eighth_copy() -> None:
+    """A short line restated verbatim among varied sentences fires on its eighth copy."""
+    text = rumination(12)
+    verdict = feed_text(text)
+    assert verdict is not None
+    assert verdict.detector == "restatement"
+    assert verdict.evidence.count == 8
+    assert verdict.evidence.excerpt == FORMULA
+    eighth = [i for i in range(len(text)) if text.startswith(FORMULA, i)][7]
+    assert eighth < verdict.at_char <= eighth + len(FORMULA) + 1 + 256
+
+
+def test_seven_copies_do_not_fire() -> None:
+    """Seven copies of a line (the healthy traces reach five) are not a verdict."""
+    assert feed_text(rumination(7) + "The answer is therefore B, a factor of about 2.7.\n") is None
+
+
+def test_copies_outside_the_window_do_not_add_up() -> None:
+    """Copies spread over more than 16,384 characters do not add up to a verdict."""
+
+    def spacer(i: int) -> str:  # about 2,300 characters of new text
+        return "".join(f"Step {j} brings new material number {j * 7} into the argument.\n"
+                       for j in range(40 * i, 40 * i + 40))
+
+    text = "".join(f"{LEADS[i]}\n\n{FORMULA}\n\n{spacer(i)}" for i in range(12))
+    assert feed_text(text) is None
+
+
+def test_enumerated_schedules_never_fire() -> None:
+    """Candidate schedules whose items differ in names and numbers are not restatements."""
+    config = DetectorConfig(recurrence_enabled=False)
+    for text in (inline(60_000), listed(60_000)):
+        assert feed_text(text, config=config) is None
+
+
+def test_short_lines_with_numbers_need_five_words() -> None:
+    """A step line with a number ("A comes back (1, total 4).") may recur like a puzzle
+    state; a line with a number and five words or more counts."""
+    step = rumination(12, "A comes back (1, total 4).")
+    assert feed_text(step) is None
+    longer = rumination(12, "So the answer must be option 3, because the ratio is larger.")
+    verdict = feed_text(longer)
+    assert verdict is not None
+    assert verdict.detector == "restatement"
+
+
+def test_a_whole_list_restated_fires_and_a_changed_list_does_not() -> None:
+    """Options re-enumerated verbatim count as one statement; lists that differ in one
+    item never add up, however many items they share."""
+    options = "A) 0.5 times\nB) 1.5 times\nC) 2.2 times\nD) 2.7 times\n"
+    same = "".join(f"{LEADS[i]}\n\n{options}\n" for i in range(14))
+    verdict = feed_text(same)
+    assert verdict is not None
+    assert verdict.detector == "restatement"
+    assert "list of 4 items" in verdict.reason
+    changed = "".join(
+        f"{LEADS[i]}\n\n{options}E) {i + 3}.1 times\n\n" for i in range(14)
+    )
+    assert feed_text(changed) is None
+
+
+def test_content_channel_is_not_watched() -> None:
+    """An answer may write a line many times: restatement watches the thinking only."""
+    text = rumination(12)
+    config = DetectorConfig(recurrence_enabled=False)
+    assert feed_text(text, channel="content", config=config) is None
+
+
+@pytest.mark.parametrize("size", [1, 3, 17, 256, 1000])
+def test_chunking_does_not_change_the_verdict(size: int) -> None:
+    """Any split of the text into deltas gives the same verdict at the same character."""
+    text = rumination(12)
+    whole = key(feed_text(text))
+    pieces = [text[i : i + size] for i in range(0, len(text), size)]
+    assert key(feed_pieces(pieces)) == whole
+    assert whole is not None
+
+
+def test_long_lines_are_left_to_recurrence() -> None:
+    """A line longer than 320 characters is a paragraph and is not counted."""
+    paragraph = " ".join(LEADS[:6])  # about 370 characters
+    analyzer = RestatementAnalyzer(copies=3)
+    found = [analyzer.analyze(b) for b in Blocker().push((paragraph + "\n") * 6) or ()]
+    assert not any(found)
+
+
+def test_state_is_bounded() -> None:
+    """The ring never holds more than 512 + 64 statements, whatever the stream's length."""
+    analyzer = RestatementAnalyzer(copies=10**6)
+    text = "".join(f"Line number {i} of a very long and never repeating stream.\n"
+                   for i in range(5000))
+    for block in Blocker().push(text) or ():
+        analyzer.analyze(block)
+    assert len(analyzer._ring_at) <= 576
+    assert len(analyzer._counts) == 1024
+    assert "".join(split_deltas(text)) == text
