@@ -37,8 +37,8 @@ class DetectorConfig:
     #: Accumulated evidence: each block adds its share of already-seen shingles minus this
     #: drift (0..1), never going below 0 (a one-sided CUSUM over the whole stream).
     recurrence_drift: float = 0.45
-    #: Fire when the accumulated evidence reaches this value (healthy max seen: 1.49).
-    recurrence_evidence: float = 2.5
+    #: Fire when the accumulated evidence reaches this value (healthy max seen: 1.40).
+    recurrence_evidence: float = 2.0
     #: Earlier sightings a shingle on a code line (inside a ``` fence, or indented under a
     #: line ending in ``:``/``{``) needs before it counts as copied, in both rules: 3 lets a
     #: function be quoted, rewritten and re-checked; a fourth copy counts (prose: 1 and 2).

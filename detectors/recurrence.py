@@ -33,6 +33,21 @@ recurrence does not matter, only that the text brings nothing new. A number that
 line is folded to ``#`` so a counter that keeps going does not look like new content;
 other numbers are kept, so "Year 5: ... Year 6: ..." arithmetic still reads as progress.
 
+Lists: a puzzle search that enumerates candidates ("1. A and B cross:3. Total:3. 2. A
+returns:1. Total:4. ...") repeats its steps all the time, so most shingles of a new
+candidate were seen in earlier ones, though the candidate as a whole is new. Lists whose
+items differ in their numbers and names must not add up as copies, so a list's copied
+shingles are held back until the list ends. A unit is a line, or consecutive lines that
+start with a list marker (a digit or a bullet) taken together; a line that holds an
+enumerator after a sentence end (". 2. A") is a list as well. At its end a list's held copies
+count, as if they had counted all along, when it is prose in list form (fewer numbers and
+one-letter names than half its words) or when the sequence of its numbers and names was
+seen in an earlier list; else they are dropped. A loop that writes the same list again, with
+the same numbers, counts as before; candidates that differ in a number or a name add
+nothing. A unit longer than 512 shingles is prose: what it held counts. The sequences seen
+are kept in a bitset of 8,192 bits (1 KiB, allocated by the first list that needs it); a
+collision can only make a new list count as a repeat.
+
 The table has up to ``2 * history`` four-bit counters, each with a one-byte fingerprint,
 probed in pairs (slot, slot ^ 1) whose two counters share a byte: a shingle is *seen* only
 when its fingerprint matches, so collisions do not fake recurrence (a full pair drops the
@@ -80,6 +95,13 @@ _MIN_BITS = 12
 _TOP = 15
 #: Blocks with fewer shingles than this (symbol runs) leave the evidence as it is.
 _MIN_SHINGLES = 8
+#: A unit longer than this (in shingles) is prose, not a list: what it held back counts.
+_UNIT_MAX = 512
+#: Bits of the set of number sequences seen (a bitset of 1 KiB).
+_SIG_BITS = 13
+#: Tokens after which "N ." inside a line is a list enumerator (". 2. A returns").
+_ENDS = frozenset(".:;")
+_DIGITS = frozenset("0123456789")
 #: A line ending with one of these opens a block: indented lines after it may be code.
 _OPENERS = frozenset(":{([=,\\")
 #: First characters of list items: an indented list is prose, not code.
@@ -120,8 +142,10 @@ class RecurrenceAnalyzer:
         "_evidence",
         "_fence",
         "_fps",
+        "_held",
         "_hist",
         "_indented",
+        "_items",
         "_k",
         "_last",
         "_li",
@@ -139,10 +163,12 @@ class RecurrenceAnalyzer:
         "_same",
         "_score",
         "_seen_tokens",
+        "_sigs",
         "_sum_n",
         "_sum_rec",
         "_threshold",
         "_ticks",
+        "_unit",
         "_win",
         "_window",
     )
@@ -207,6 +233,19 @@ class RecurrenceAnalyzer:
         self._opener = False
         self._indented = False
         self._same = ""
+        # The unit being read (see "Lists" in the module docstring): it is a list of lines,
+        # it is a list (its copies are held back), the hash of its numbers and names, the
+        # token count where it started, its held copies in this block (for the accumulation,
+        # for the window, their top count), where the last number and the last sentence end
+        # were (an enumerator inside a line is ". 2 .").
+        self._unit = (False, False, 0, 0, 0, 0, 0, -9, -9)
+        # The unit's numbers and one-letter names, and its words (two letters or more).
+        self._items = (0, 0)
+        # What the evidence would be had the held copies counted, and the held copies of
+        # earlier blocks for the window rule.
+        self._held = (0.0, 0)
+        # The number sequences of the lists so far, one bit each (allocated by the first).
+        self._sigs = bytearray()
 
     @property
     def evidence(self) -> float:
@@ -255,6 +294,17 @@ class RecurrenceAnalyzer:
             # Two bytes an entry from now on: a slot, or ``_DROPPED`` where it was ``_GONE``.
             self._ring = array("H", (_DROPPED if e == _GONE else e for e in ring))
 
+    def _seen_sig(self, sig: int) -> bool:
+        """Whether a list with this number sequence came before; remember it."""
+        sigs = self._sigs
+        if not sigs:
+            sigs = self._sigs = bytearray(1 << (_SIG_BITS - 3))
+        bit = sig & ((1 << _SIG_BITS) - 1)
+        byte, mask = bit >> 3, 1 << (bit & 7)
+        seen = bool(sigs[byte] & mask)
+        sigs[byte] |= mask
+        return seen
+
     def analyze(self, block: Block) -> Finding | None:
         """Score the block's shingles, then the window and the accumulated evidence."""
         if self._bits < self._maxbits:
@@ -280,6 +330,12 @@ class RecurrenceAnalyzer:
         base, mask, mix, dropped, ctop = _BASE, _MASK, _MIX, _DROPPED, _TOP
         top = 0
         rec = rec1 = 0
+        u_items, held, u_sig, u_from, p_rec1, p_rec, p_top, num_at, end_at = self._unit
+        u_nums, u_words = self._items
+        # The accumulated evidence, and what it would be had the unit's held copies counted
+        # (taken over when the list turns out to count).
+        score = self._score
+        shadow, p_rec_prev = self._held
         # Code state, by position in the token stream (see "Code" in the module docstring).
         ls, ticks, fence = self._ls, self._ticks, self._fence
         code, prev_code = self._code, self._prev_code
@@ -306,22 +362,56 @@ class RecurrenceAnalyzer:
                         code = True
                 else:
                     ls = False
-                    code = fence or (
-                        indented
-                        and (prev_code or opener)
-                        and c0 not in _BULLETS
-                        and not c0.isdigit()
-                    )
+                    item = c0 in _BULLETS or c0.isdigit()
+                    code = fence or (indented and (prev_code or opener) and not item)
                     if c0.isdigit() and tok.isdigit():
                         key = "#"
+                    if not (item and u_items):
+                        # A new unit: this line, or a list of lines starting with this item.
+                        if held:
+                            # A list counts unless it is made of numbers and names (at
+                            # least one for two words) and those are new, in that order.
+                            if 2 * u_nums < u_words or self._seen_sig(u_sig):
+                                rec1 += p_rec1
+                                rec += p_rec + p_rec_prev
+                                score = max(score, shadow)
+                                top = max(top, p_top)
+                            else:
+                                shadow = score
+                            p_rec1 = p_rec = p_top = p_rec_prev = 0
+                        u_items = held = item
+                        u_sig = u_nums = u_words = 0
+                        u_from = n_seen
             # A run of one token ("-----", "🌰🌰🌰") is one shingle unit, as in BPE.
             if tok == same:
                 continue
             same = tok
+            # Numbers, one-letter names, enumerators and words, for the list rule ("Lists").
+            if c0 < "A":  # a number or punctuation (ASCII order)
+                if c0 in _DIGITS:
+                    if key is tok:  # not a folded list number
+                        u_sig = crc32(tok.encode(), u_sig)
+                        num_at = n_seen
+                        u_nums += 1
+                elif c0 in _ENDS:
+                    if num_at == n_seen - 1 and end_at == n_seen - 2 and c0 == ".":
+                        held = True  # an enumerator inside the line (". 2. A"): a list
+                    end_at = n_seen
+            elif c0 <= "Z":  # a capitalised word, or a one-letter name
+                if len(tok) == 1:
+                    u_sig = crc32(tok.encode(), u_sig)
+                    num_at = n_seen
+                    u_nums += 1
+                elif held:
+                    u_words += 1
+            elif held and len(tok) > 1 and c0.isalpha():  # words matter in lists only
+                u_words += 1
             h = crc32(key.lower().encode())
             old = last[li]
             last[li] = h
-            li = (li + 1) % k
+            li += 1
+            if li == k:
+                li = 0
             rolling = (rolling * base + h - old * pw) & mask
             n_seen += 1
             if n_seen < k:
@@ -356,18 +446,31 @@ class RecurrenceAnalyzer:
                 # Count this sighting (the slot stays in the pair: ``pi`` and ``b`` hold).
                 if slot != dropped and c < ctop:
                     pairs[pi] = b + (16 if slot & 1 else 1)
-            if c:
+            if not c:
+                pass
+            elif held:  # a list: held back until it is known to count
                 if code:
                     if c >= code1:
-                        rec1 += 1
+                        p_rec1 += 1
                     if c >= code2:
-                        rec += 1
-                        top = max(top, c)
+                        p_rec += 1
+                        p_top = max(p_top, c)
                 else:
-                    rec1 += 1
+                    p_rec1 += 1
                     if c >= min_seen:
-                        rec += 1
-                        top = max(top, c)
+                        p_rec += 1
+                        p_top = max(p_top, c)
+            elif code:
+                if c >= code1:
+                    rec1 += 1
+                if c >= code2:
+                    rec += 1
+                    top = max(top, c)
+            else:
+                rec1 += 1
+                if c >= min_seen:
+                    rec += 1
+                    top = max(top, c)
             if filled >= hist:  # the table is full-size (see ``_grow``)
                 o = ring[rpos]
                 if o != dropped:
@@ -387,6 +490,27 @@ class RecurrenceAnalyzer:
                     ring.append(mixed >> fshift)
                 else:
                     ring.append(_GONE)
+        if held and n_seen - u_from >= _UNIT_MAX:  # prose, not a list: its copies count
+            rec1 += p_rec1
+            rec += p_rec + p_rec_prev
+            score = max(score, shadow)
+            top = max(top, p_top)
+            held = False
+            p_rec1 = p_rec = p_top = p_rec_prev = 0
+        n = max(0, n_seen - max(seen_before, k - 1))
+        if n >= _MIN_SHINGLES:
+            if held:
+                shadow = max(0.0, shadow + (rec1 + p_rec1) / n - self._drift)
+            score = max(0.0, score + rec1 / n - self._drift)
+            if not held:
+                shadow = score
+        if held:  # the window counts this block's held copies if the unit is released
+            p_rec_prev += p_rec
+            p_rec1 = p_rec = 0
+        self._score = score
+        self._held = (shadow, p_rec_prev)
+        self._unit = (u_items, held, u_sig, u_from, p_rec1, p_rec, p_top, num_at, end_at)
+        self._items = (u_nums, u_words)
         self._rolling, self._li, self._rpos, self._seen_tokens = rolling, li, rpos, n_seen
         # The block's shingles: its tokens that reached the table, those counted from the
         # ``k``-th token of the channel on (no counter in the loop).
@@ -396,8 +520,7 @@ class RecurrenceAnalyzer:
         self._code, self._prev_code = code, prev_code
         self._opener, self._indented = opener, indented
         self._same = same
-        if n >= _MIN_SHINGLES:
-            self._score = max(0.0, self._score + rec1 / n - self._drift)
+        rec = min(rec, n)
         win = self._win
         win.append((rec, n))
         self._sum_rec += rec

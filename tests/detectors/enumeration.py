@@ -34,12 +34,16 @@ def schedules() -> Iterator[list[tuple[str, int]]]:
     yield from go(frozenset(TIMES), frozenset(), [])
 
 
-def inline(limit: int) -> str:
+Order = list[list[tuple[str, int]]]
+
+
+def inline(limit: int, order: Order | None = None) -> str:
     """Candidates written inline, "1. A and B cross:3. Total:3. 2. A returns:1. Total:4. ..."
-    one paragraph per candidate, until ``limit`` characters."""
+    one paragraph per candidate (``order``, or all in a fixed order), until ``limit``
+    characters."""
     parts = ["Let me list the possible schedules and add up the time of each one.\n\n"]
     size = len(parts[0])
-    for n, moves in enumerate(schedules(), 1):
+    for n, moves in enumerate(order or schedules(), 1):
         total = 0
         steps = []
         for i, (move, t) in enumerate(moves, 1):
@@ -54,11 +58,11 @@ def inline(limit: int) -> str:
     return "".join(parts)
 
 
-def listed(limit: int) -> str:
+def listed(limit: int, order: Order | None = None) -> str:
     """The same candidates as numbered lists, one step a line, with a line of commentary."""
     parts = []
     size = 0
-    for n, moves in enumerate(schedules(), 1):
+    for n, moves in enumerate(order or schedules(), 1):
         total = 0
         lines = [f"Option {n}:"]
         for i, (move, t) in enumerate(moves, 1):

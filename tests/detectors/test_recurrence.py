@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import random
 import tracemalloc
 
-from detector_helpers import feed_text, load
+import pytest
+from detector_helpers import feed_pieces, feed_text, key, load
+from enumeration import inline, listed, schedules
 
 from detectors import Channel, DetectorConfig, Verdict
 from detectors.blocks import Block, Blocker
@@ -362,3 +365,68 @@ def test_a_channel_without_text_detectors_keeps_no_text() -> None:
     # The channel's counters and an empty blocker, not the answer's last 8 KiB.
     assert grown < 2048, grown
     assert chain.chars == 300 + len(answer)
+
+
+def _shuffled(seed: int) -> list[list[tuple[str, int]]]:
+    """The candidate schedules in a seeded random order (a search that jumps around)."""
+    order = list(schedules())
+    random.Random(seed).shuffle(order)
+    return order
+
+
+@pytest.mark.parametrize("seed", [None, 0, 1, 2])
+def test_enumerated_candidates_never_add_up(seed: int | None) -> None:
+    """A puzzle search that writes candidate schedules whose steps share most shingles but
+    differ in people and numbers (inline, as one paragraph each, or as numbered lines)
+    draws no verdict from the whole chain over 60,000 characters, in file order or not."""
+    order = None if seed is None else _shuffled(seed)
+    for text in (inline(60_000, order), listed(60_000, order)):
+        config = DetectorConfig()
+        assert max(_scores(text, config)) < config.recurrence_evidence / 2
+        assert feed_text(text) is None
+
+
+def test_the_same_candidate_written_again_and_again_fires() -> None:
+    """A search stuck on one schedule, writing the same list with the same numbers among
+    varied sentences, is a loop: its lists count and recurrence fires."""
+    moves = next(iter(schedules()))
+    text = "".join(
+        f"Let me try again, attempt {i} of this.\n" + listed(1, [moves]).split("\n", 1)[1]
+        for i in range(30)
+    )
+    verdict = feed_text(text, config=DetectorConfig(restatement_enabled=False))
+    assert verdict is not None
+    assert verdict.detector == "recurrence"
+    assert verdict.at_char < len(text) // 3
+
+
+def test_prose_in_list_form_counts_as_prose() -> None:
+    """Numbered reasoning steps with few numbers (prose in list form) repeated verbatim count
+    as they are written, not only at the end of the list: a loop of them fires."""
+    steps = "".join(
+        f"{i}. {sentence}\n" for i, sentence in enumerate(
+            [
+                "Light the first rope from both ends and the second rope from one end.",
+                "When the first rope is gone, light the other end of the second rope.",
+                "The second rope then burns out after a quarter of an hour more.",
+                "So the total time measured is three quarters of an hour in all.",
+            ],
+            1,
+        )
+    )
+    verdict = feed_text(_reasoning(14)[:3000] + ("Wait, maybe:\n" + steps) * 8)
+    assert verdict is not None
+    assert verdict.detector == "recurrence"
+
+
+@pytest.mark.parametrize("size", [1, 7, 256, 4096])
+def test_list_rule_does_not_depend_on_chunking(size: int) -> None:
+    """Held copies, released or dropped, give the same verdict whatever the deltas."""
+    moves = next(iter(schedules()))
+    text = inline(20_000) + "".join(
+        f"Again, attempt {i}.\n" + listed(1, [moves]).split("\n", 1)[1] for i in range(30)
+    )
+    whole = key(feed_text(text))
+    assert whole is not None
+    pieces = [text[i : i + size] for i in range(0, len(text), size)]
+    assert key(feed_pieces(pieces)) == whole
