@@ -181,7 +181,7 @@ class RecurrenceAnalyzer:
         window_blocks: int,
         threshold: float,
         drift: float = 0.45,
-        evidence: float = 2.5,
+        evidence: float = 2.0,
         code_min_seen: int = 3,
     ) -> None:
         if history & (history - 1) or not 256 <= history <= 16384:

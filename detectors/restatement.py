@@ -61,12 +61,10 @@ RING = 512
 SLOTS = 1024
 
 _ITEM = re.compile(r"\s*(?:[-*+•·>]|\(?\d{1,3}[.):]|\(?[A-Za-z][.)])\s")
-# A word starts where no letter precedes it ("R_planet" holds the word "planet").
-_WORD = rf"(?:[{CJK_RANGES}]|(?<![^\W\d_])[^\W\d_{CJK_RANGES}]{{2,}})"
-#: A line with at least MIN_WORDS words, and one with MIN_WORDS_WITH_DIGITS (one search
-#: each, no list of words built).
-_WORDS = re.compile(rf"{_WORD}(?:.*?{_WORD}){{{MIN_WORDS - 1}}}", re.DOTALL)
-_MORE_WORDS = re.compile(rf"{_WORD}(?:.*?{_WORD}){{{MIN_WORDS_WITH_DIGITS - 1}}}", re.DOTALL)
+#: A word: a CJK character, or two letters or more ("R_planet" holds the word "planet").
+_WORD = re.compile(rf"[{CJK_RANGES}]|[^\W\d_{CJK_RANGES}]{{2,}}")
+#: The same for ASCII text (a plain class: five times faster).
+_ASCII_WORD = re.compile(r"[A-Za-z]{2,}")
 _DIGIT = re.compile(r"\d")
 _SPACE = re.compile(r"\s+")
 
@@ -145,9 +143,11 @@ class RestatementAnalyzer:
 
     def _take(self, raw: str, start: int) -> Finding | None:
         """One complete line starting at channel offset ``start``."""
-        line = _SPACE.sub(" ", raw).strip()
+        line = raw.strip()
         if not line:
             return None  # a blank line ends neither a paragraph nor a list
+        if "  " in line or "\t" in line:
+            line = _SPACE.sub(" ", line)
         if line.startswith("```"):
             self._fence = not self._fence
             return None
@@ -176,9 +176,10 @@ class RestatementAnalyzer:
         return self._count(self._list, self._list_at, self._list_first, items)
 
     def _line_statement(self, line: str, start: int) -> Finding | None:
-        if len(line) < MIN_CHARS or not _WORDS.search(line):
+        if len(line) < MIN_CHARS:
             return None
-        if _DIGIT.search(line) and not _MORE_WORDS.search(line):
+        words = len((_ASCII_WORD if line.isascii() else _WORD).findall(line))
+        if words < MIN_WORDS or (words < MIN_WORDS_WITH_DIGITS and _DIGIT.search(line)):
             return None
         return self._count(crc32(line.encode()), start, line, 1)
 
