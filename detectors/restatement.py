@@ -84,6 +84,7 @@ class RestatementAnalyzer:
         "_list_at",
         "_list_first",
         "_list_items",
+        "_most",
         "_ring_at",
         "_ring_slot",
         "_window",
@@ -114,6 +115,12 @@ class RestatementAnalyzer:
         self._ring_slot = array("H")
         self._ring_at = array("I")
         self._head = 0
+        self._most = 0
+
+    @property
+    def most(self) -> int:
+        """The most copies of one statement seen within the window so far."""
+        return self._most
 
     def analyze(self, block: Block) -> Finding | None:
         """Read the block's complete lines; report a statement seen ``copies`` times."""
@@ -215,6 +222,7 @@ class RestatementAnalyzer:
             counts[i] = seen
         ring_slot.append(i)
         ring_at.append(start)
+        self._most = max(self._most, seen)
         if seen < self._copies:
             return None
         what = f"a list of {items} items" if items > 1 else "a line"

@@ -23,25 +23,34 @@ def results() -> dict[str, list[ReplayResult]]:
             replay_record(r, config, fallback_id=f"{name}:{i}")
             for i, r in enumerate(load(name))
         ]
-        for name in ("loops", "healthy")
+        for name in ("loops", "healthy", "added-healthy")
     }
 
 
 def test_high_confidence_recall(results: dict[str, list[ReplayResult]]) -> None:
-    """At least 98% of confidence-high loops are caught."""
-    assert summarize(results["loops"])["all"]["recall_high"] >= 0.98
+    """Every confidence-high loop is caught (issue 28)."""
+    assert summarize(results["loops"])["all"]["recall_high"] == 1.0
 
 
 def test_false_alarms(results: dict[str, list[ReplayResult]]) -> None:
-    """At most 1 of the 369 healthy traces is flagged."""
+    """None of the 369 healthy traces is flagged (issue 28: 0 false alarms)."""
     assert len(results["healthy"]) == 369
-    assert sum(r.detected for r in results["healthy"]) <= 1
+    assert sum(r.detected for r in results["healthy"]) == 0
+
+
+def test_no_false_alarm_on_the_added_healthy_traces(
+    results: dict[str, list[ReplayResult]],
+) -> None:
+    """None of the 1,520 healthy traces added for issue 28 is flagged."""
+    assert len(results["added-healthy"]) == 1520
+    assert sum(r.detected for r in results["added-healthy"]) == 0
 
 
 @pytest.mark.xfail(
     strict=True,
     reason="open: 53% (23/43); the 20 missed medium no-end loops score no higher than long healthy"
-    " traces on every repetition or novelty measure tried",
+    " traces on every repetition or novelty measure tried, restated lines included (at most 7"
+    " copies of a line within 16,384 characters, against 5 on healthy traces)",
 )
 def test_all_loops_recall(results: dict[str, list[ReplayResult]]) -> None:
     """Target: at least 90% of all loops are caught."""
@@ -62,7 +71,7 @@ def test_detection_delay(results: dict[str, list[ReplayResult]]) -> None:
 
 @pytest.mark.xfail(
     strict=True,
-    reason="open: 32% cut; the 20 uncaught medium no-end loops hold 37% of all loop reasoning",
+    reason="open: 34% cut; the 20 uncaught medium no-end loops hold 37% of all loop reasoning",
 )
 def test_reasoning_cut_share(results: dict[str, list[ReplayResult]]) -> None:
     """Target: at least 45% of all loop reasoning is cut."""

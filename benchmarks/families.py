@@ -1,0 +1,195 @@
+"""Leave one model family out: does detection hold on a family it was not calibrated on?
+
+Run from the repository root: ``.venv/bin/python -m benchmarks.families [--json]``
+
+Traces: ``loops.jsonl``, ``healthy.jsonl`` and ``added-healthy.jsonl`` of tests/data/traces
+(``ambiguous`` traces are not scored). Each record's ``model`` is mapped to its family, a
+model line as its publisher names it, whatever the size or the fine-tune (Qwen3, QwQ,
+DeepSeek-R1 with its distills, DeepHermes, Nemotron, Grok, Claude, Gemini, ...).
+
+The two thresholds that decide most verdicts are calibrated with the family left out, by the
+rule the defaults follow:
+
+- ``recurrence_evidence``: 1.43 times the highest accumulated evidence on the healthy traces
+  of the other families (the default 2.0 is 1.43 times 1.40, the maximum over all of them);
+- ``restatement_copies``: 3 more than the most copies of one statement within 16,384
+  characters on the healthy traces of the other families (the default 8 is 5 + 3).
+
+Then the left-out family is scored with those thresholds: its loops caught (all, and
+``confidence: high``), its healthy traces flagged, and the median detection after the
+labelled onset. The default thresholds are scored the same way, per family. A trace is
+caught at the first of: the recurrence rules (evidence or window), the restatement count,
+and the other text detectors (a replay with those two off). Only the reasoning is scored
+for the two calibrated detectors; the others see the answer too, as in ``replay``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from detectors import DetectorConfig
+from detectors.blocks import Blocker
+from detectors.recurrence import RecurrenceAnalyzer
+from detectors.replay import replay_record, split_stream
+from detectors.restatement import RestatementAnalyzer
+
+TRACES = Path(__file__).resolve().parent.parent / "tests" / "data" / "traces"
+FILES = ("loops", "healthy", "added-healthy")
+#: The margin of the default evidence threshold over the healthy maximum (2.0 / 1.40).
+EVIDENCE_MARGIN = 1.43
+#: The margin of the default copy count over the healthy maximum (8 - 5).
+COPIES_MARGIN = 3
+
+#: (substring of the model name, lower-case) -> family, first match wins.
+FAMILIES = (
+    ("fuseo1", "FuseO1 (merge)"),
+    ("qwq", "QwQ"),
+    ("qwen3", "Qwen3"),
+    ("deepseek", "DeepSeek-R1"),
+    ("deephermes", "DeepHermes"),
+    ("nemotron", "Nemotron"),
+    ("grok", "Grok"),
+    ("claude", "Claude"),
+    ("gemini", "Gemini"),
+    ("elyza", "ELYZA-Thinking"),
+    ("llama-3.1-8b", "Llama-3.1 reasoning SFT"),
+)
+
+
+def family(model: str) -> str:
+    """The family of a record's ``model`` (the model itself when no rule matches)."""
+    low = model.lower()
+    for part, name in FAMILIES:
+        if part in low:
+            return name
+    return model
+
+
+@dataclass
+class Trace:
+    """What the calibration needs of one trace."""
+
+    family: str
+    label: str
+    confidence: str | None
+    onset: int | None
+    # Offsets in the text at each block end of the reasoning, with the recurrence evidence,
+    # whether the window rule held, and the most restatement copies so far.
+    blocks: list[tuple[int, float, bool, int]]
+    other: int | None  # where the other detectors fire (None: they do not)
+
+
+def _trace(record: dict[str, Any], config: DetectorConfig) -> Trace:
+    text = record["text"]
+    start, end, _ = split_stream(text)
+    rec = RecurrenceAnalyzer(
+        config.recurrence_shingle, config.recurrence_history, config.recurrence_min_seen,
+        config.recurrence_window_blocks, config.recurrence_threshold, config.recurrence_drift,
+        float("inf"), config.recurrence_code_min_seen,
+    )
+    res = RestatementAnalyzer(10**9, config.restatement_window_chars)
+    blocks = []
+    for block in Blocker().push(text[start:end]) or ():
+        window = rec.analyze(block) is not None
+        res.analyze(block)
+        blocks.append((start + block.end, rec.evidence, window, res.most))
+    others = DetectorConfig(recurrence_enabled=False, restatement_enabled=False)
+    other = replay_record(record, others)
+    onset = record.get("approx_loop_onset_char_in_text")
+    return Trace(
+        family(record["model"]), record["label"], record.get("confidence"),
+        onset if isinstance(onset, int) else None, blocks,
+        other.at_char if other.detected else None,
+    )
+
+
+def detected_at(trace: Trace, evidence: float, copies: int) -> int | None:
+    """Where the chain with these two thresholds fires first (None: it does not)."""
+    for at, score, window, most in trace.blocks:
+        if score >= evidence or window or most >= copies:
+            return at if trace.other is None else min(at, trace.other)
+    return trace.other
+
+
+def score(traces: list[Trace], evidence: float, copies: int) -> dict[str, Any]:
+    """Recall, high-confidence recall, false alarms and median delay of ``traces``."""
+    loops = [t for t in traces if t.label == "loop"]
+    healthy = [t for t in traces if t.label == "healthy"]
+    hits = [(t, detected_at(t, evidence, copies)) for t in loops]
+    caught = [(t, at) for t, at in hits if at is not None]
+    high = [t for t in loops if t.confidence == "high"]
+    delays = [at - t.onset for t, at in caught if t.onset is not None]
+    return {
+        "loops": len(loops),
+        "caught": len(caught),
+        "high": len(high),
+        "high_caught": sum(1 for t, at in hits if t.confidence == "high" and at is not None),
+        "healthy": len(healthy),
+        "false_alarms": sum(1 for t in healthy if detected_at(t, evidence, copies) is not None),
+        "median_delay": statistics.median(delays) if delays else None,
+    }
+
+
+def calibrate(traces: list[Trace]) -> tuple[float, int]:
+    """The two thresholds, by the defaults' rule, from the healthy ``traces``."""
+    healthy = [t for t in traces if t.label == "healthy"]
+    top_score = max((s for t in healthy for _, s, _, _ in t.blocks), default=0.0)
+    top_copies = max((m for t in healthy for _, _, _, m in t.blocks), default=0)
+    return round(top_score * EVIDENCE_MARGIN, 2), top_copies + COPIES_MARGIN
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--json", action="store_true", help="print the table as JSON")
+    args = parser.parse_args(argv)
+    config = DetectorConfig()
+    traces = []
+    for name in FILES:
+        with (TRACES / f"{name}.jsonl").open(encoding="utf-8") as fh:
+            traces += [_trace(json.loads(line), config) for line in fh if line.strip()]
+    names = sorted({t.family for t in traces})
+    rows = []
+    for name in names:
+        rest = [t for t in traces if t.family != name]
+        own = [t for t in traces if t.family == name]
+        evidence, copies = calibrate(rest)
+        rows.append({
+            "family": name,
+            "left_out": {"evidence": evidence, "copies": copies, **score(own, evidence, copies)},
+            "default": score(own, config.recurrence_evidence, config.restatement_copies),
+        })
+    pooled = score(traces, config.recurrence_evidence, config.restatement_copies)
+    worst = [r for r in rows if r["left_out"]["loops"]]
+    worst_recall = min(worst, key=lambda r: r["left_out"]["caught"] / r["left_out"]["loops"])
+    worst_fa = max(rows, key=lambda r: r["left_out"]["false_alarms"])
+    all_evidence, all_copies = calibrate(traces)
+    if args.json:
+        print(json.dumps({"families": rows, "pooled_default": pooled,
+                          "calibrated_on_all": [all_evidence, all_copies]}, indent=1))
+        return 0
+    print(f"calibrated on all families: evidence {all_evidence}, copies {all_copies} "
+          f"(defaults {config.recurrence_evidence}, {config.restatement_copies})")
+    print("| family | loops (high) | healthy | left out: evidence, copies | caught | high "
+          "caught | false alarms | median delay | default: caught | high | false alarms |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        lo, d = r["left_out"], r["default"]
+        print(f"| {r['family']} | {lo['loops']} ({lo['high']}) | {lo['healthy']} | "
+              f"{lo['evidence']}, {lo['copies']} | {lo['caught']} | {lo['high_caught']} | "
+              f"{lo['false_alarms']} | {lo['median_delay']} | {d['caught']} | "
+              f"{d['high_caught']} | {d['false_alarms']} |")
+    lo = worst_recall["left_out"]
+    print(f"worst family recall (left out): {worst_recall['family']} "
+          f"{lo['caught']}/{lo['loops']}; most false alarms (left out): {worst_fa['family']} "
+          f"{worst_fa['left_out']['false_alarms']}")
+    print(f"pooled, default thresholds: {pooled}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
