@@ -24,6 +24,8 @@ Signals (all on the pseudo-tokens of :mod:`detectors.tokenize`, lower-cased):
   lowest over three windows in a row (late in a long trace few words are new).
 - ``hedging``: "wait", "hmm", "alternatively", "maybe", "perhaps" per 100 words, over a
   sliding window of 2,000 words.
+- ``restated line``: the restatement detector's own count, the most copies of one line (or
+  one whole list) within 16,384 characters (``RestatementAnalyzer.most``).
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from detectors import DetectorConfig
 from detectors.blocks import Blocker
 from detectors.recurrence import RecurrenceAnalyzer
 from detectors.replay import replay_record, split_stream
+from detectors.restatement import RestatementAnalyzer
 from detectors.tokenize import TOKEN_RE
 
 TRACES = Path(__file__).resolve().parent.parent / "tests" / "data" / "traces"
@@ -101,6 +104,14 @@ def hedging(text: str, window: int = 2000) -> float | None:
     return 100.0 * top / window
 
 
+def restated(text: str) -> float:
+    """The most copies of one statement within the restatement window, over the stream."""
+    analyzer = RestatementAnalyzer(10**9, DetectorConfig().restatement_window_chars)
+    for block in Blocker().push(text) or ():
+        analyzer.analyze(block)
+    return float(analyzer.most)
+
+
 def signals() -> dict[str, Callable[[str], float | None]]:
     """The candidate signals, by name."""
     out: dict[str, Callable[[str], float | None]] = {}
@@ -109,6 +120,7 @@ def signals() -> dict[str, Callable[[str], float | None]]:
             out[f"copied k{k} d{drift}"] = lambda t, k=k, d=drift: copied(t, k, d)
     out["stalled vocabulary"] = stalled_vocabulary
     out["hedging"] = hedging
+    out["restated line"] = restated
     return out
 
 
