@@ -440,3 +440,16 @@ def test_list_rule_does_not_depend_on_chunking(size: int) -> None:
     assert whole is not None
     pieces = [text[i : i + size] for i in range(0, len(text), size)]
     assert key(feed_pieces(pieces)) == whole
+
+
+def test_a_real_search_stuck_on_the_same_schedules_still_fires() -> None:
+    """DeepHermes-3 writing the same bridge schedules again and again, with the same
+    numbers, until it gives up (an added ambiguous trace) still draws a recurrence verdict:
+    its lists repeat their numbers, so they count."""
+    record = next(
+        r for r in load("added-ambiguous") if r["source"].endswith("dh3-prev.json#66")
+    )
+    start, end, _ = split_stream(record["text"])
+    verdict = feed_text(record["text"][start:end])
+    assert verdict is not None
+    assert verdict.detector == "recurrence"

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import pytest
-from detector_helpers import feed_pieces, feed_text, key
+from detector_helpers import feed_pieces, feed_text, key, load
 from enumeration import inline, listed
 
 from detectors import DetectorConfig
 from detectors.blocks import Blocker
+from detectors.replay import split_stream
 from detectors.restatement import RestatementAnalyzer
 from detectors.tokenize import split_deltas
 
@@ -140,3 +141,21 @@ def test_state_is_bounded() -> None:
     assert len(analyzer._ring_at) <= 576
     assert len(analyzer._counts) == 1024
     assert "".join(split_deltas(text)) == text
+
+
+def _reasoning_of(name: str, source_end: str) -> str:
+    """The reasoning of the record of ``name`` whose source ends with ``source_end``."""
+    record = next(r for r in load(name) if r["source"].endswith(source_end))
+    start, end, _ = split_stream(record["text"])
+    return str(record["text"][start:end])
+
+
+def test_a_real_restated_conclusion_fires() -> None:
+    """QwQ-32B writing "Therefore, the answer is B." dozens of times among new sentences
+    (an added ambiguous trace, 54k characters) draws a restatement verdict on the 8th copy."""
+    text = _reasoning_of("added-ambiguous", "output_queries_QwQ-32b.json#75")
+    verdict = feed_text(text, config=DetectorConfig(recurrence_enabled=False))
+    assert verdict is not None
+    assert verdict.detector == "restatement"
+    assert verdict.evidence.count == 8
+    assert verdict.evidence.excerpt == "Therefore, the answer is B."
