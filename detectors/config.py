@@ -31,9 +31,10 @@ class DetectorConfig:
     #: A shingle counts as recurring when seen at least this many times before.
     recurrence_min_seen: int = 2
     #: Sliding window of the recurrence score, in 256-character blocks.
-    recurrence_window_blocks: int = 4
-    #: Fire when this share of the window's shingles are recurring (0..1).
-    recurrence_threshold: float = 0.76
+    recurrence_window_blocks: int = 3
+    #: Fire when this share of the window's shingles are recurring (0..1; healthy max
+    #: seen: 0.69 over 3 blocks).
+    recurrence_threshold: float = 0.9
     #: Accumulated evidence: each block adds its share of already-seen shingles minus this
     #: drift (0..1), never going below 0 (a one-sided CUSUM over the whole stream).
     recurrence_drift: float = 0.45

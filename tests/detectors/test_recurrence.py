@@ -453,3 +453,16 @@ def test_a_real_search_stuck_on_the_same_schedules_still_fires() -> None:
     verdict = feed_text(record["text"][start:end])
     assert verdict is not None
     assert verdict.detector == "recurrence"
+
+
+def test_a_short_unit_loop_fires_on_the_window_by_its_sixth_copy() -> None:
+    """A 200-character unit repeated verbatim after real reasoning fills the 3-block window
+    with third copies and fires before its sixth copy ends (seventh with the old 4-block,
+    76% window); the healthy traces reach 69% over 3 blocks, the threshold is 90%."""
+    head = _reasoning(14)[:6000] + "\n\n"
+    unit = _reasoning(15)[3000:3200] + "\n\n"
+    verdict = feed_text(head + unit * 12)
+    assert verdict is not None
+    assert verdict.detector == "recurrence"
+    assert "of the last" in verdict.reason
+    assert verdict.at_char - len(head) < 6 * len(unit)
