@@ -7,11 +7,13 @@ Traces: ``loops.jsonl``, ``healthy.jsonl`` and ``added-healthy.jsonl`` of tests/
 model line as its publisher names it, whatever the size or the fine-tune (Qwen3, QwQ,
 DeepSeek-R1 with its distills, DeepHermes, Nemotron, Grok, Claude, Gemini, ...).
 
-The two thresholds that decide most verdicts are calibrated with the family left out, by the
-rule the defaults follow:
+The three thresholds that decide most verdicts are calibrated with the family left out, by
+the rule the defaults follow:
 
 - ``recurrence_evidence``: 1.43 times the highest accumulated evidence on the healthy traces
   of the other families (the default 2.0 is 1.43 times 1.40, the maximum over all of them);
+- ``recurrence_threshold`` (the window rule): 1.30 times the highest window score on the
+  healthy traces of the other families, at most 1 (the default 0.9 is 1.30 times 0.69);
 - ``restatement_copies``: 3 more than the most copies of one statement within 16,384
   characters on the healthy traces of the other families (the default 8 is 5 + 3).
 
@@ -42,6 +44,8 @@ TRACES = Path(__file__).resolve().parent.parent / "tests" / "data" / "traces"
 FILES = ("loops", "healthy", "added-healthy")
 #: The margin of the default evidence threshold over the healthy maximum (2.0 / 1.40).
 EVIDENCE_MARGIN = 1.43
+#: The margin of the default window threshold over the healthy maximum (0.9 / 0.69).
+WINDOW_MARGIN = 1.30
 #: The margin of the default copy count over the healthy maximum (8 - 5).
 COPIES_MARGIN = 3
 
@@ -79,8 +83,8 @@ class Trace:
     confidence: str | None
     onset: int | None
     # Offsets in the text at each block end of the reasoning, with the recurrence evidence,
-    # whether the window rule held, and the most restatement copies so far.
-    blocks: list[tuple[int, float, bool, int]]
+    # the window score, and the most restatement copies so far.
+    blocks: list[tuple[int, float, float, int]]
     other: int | None  # where the other detectors fire (None: they do not)
 
 
@@ -89,15 +93,15 @@ def _trace(record: dict[str, Any], config: DetectorConfig) -> Trace:
     start, end, _ = split_stream(text)
     rec = RecurrenceAnalyzer(
         config.recurrence_shingle, config.recurrence_history, config.recurrence_min_seen,
-        config.recurrence_window_blocks, config.recurrence_threshold, config.recurrence_drift,
+        config.recurrence_window_blocks, 2.0, config.recurrence_drift,
         float("inf"), config.recurrence_code_min_seen,
     )
     res = RestatementAnalyzer(10**9, config.restatement_window_chars)
     blocks = []
     for block in Blocker().push(text[start:end]) or ():
-        window = rec.analyze(block) is not None
+        rec.analyze(block)
         res.analyze(block)
-        blocks.append((start + block.end, rec.evidence, window, res.most))
+        blocks.append((start + block.end, rec.evidence, rec.window_score, res.most))
     others = DetectorConfig(recurrence_enabled=False, restatement_enabled=False)
     other = replay_record(record, others)
     onset = record.get("approx_loop_onset_char_in_text")
@@ -108,19 +112,19 @@ def _trace(record: dict[str, Any], config: DetectorConfig) -> Trace:
     )
 
 
-def detected_at(trace: Trace, evidence: float, copies: int) -> int | None:
-    """Where the chain with these two thresholds fires first (None: it does not)."""
-    for at, score, window, most in trace.blocks:
-        if score >= evidence or window or most >= copies:
+def detected_at(trace: Trace, evidence: float, window: float, copies: int) -> int | None:
+    """Where the chain with these thresholds fires first (None: it does not)."""
+    for at, score, share, most in trace.blocks:
+        if score >= evidence or share >= window or most >= copies:
             return at if trace.other is None else min(at, trace.other)
     return trace.other
 
 
-def score(traces: list[Trace], evidence: float, copies: int) -> dict[str, Any]:
+def score(traces: list[Trace], evidence: float, window: float, copies: int) -> dict[str, Any]:
     """Recall, high-confidence recall, false alarms and median delay of ``traces``."""
     loops = [t for t in traces if t.label == "loop"]
     healthy = [t for t in traces if t.label == "healthy"]
-    hits = [(t, detected_at(t, evidence, copies)) for t in loops]
+    hits = [(t, detected_at(t, evidence, window, copies)) for t in loops]
     caught = [(t, at) for t, at in hits if at is not None]
     high = [t for t in loops if t.confidence == "high"]
     delays = [at - t.onset for t, at in caught if t.onset is not None]
@@ -130,17 +134,21 @@ def score(traces: list[Trace], evidence: float, copies: int) -> dict[str, Any]:
         "high": len(high),
         "high_caught": sum(1 for t, at in hits if t.confidence == "high" and at is not None),
         "healthy": len(healthy),
-        "false_alarms": sum(1 for t in healthy if detected_at(t, evidence, copies) is not None),
+        "false_alarms": sum(
+            1 for t in healthy if detected_at(t, evidence, window, copies) is not None
+        ),
         "median_delay": statistics.median(delays) if delays else None,
     }
 
 
-def calibrate(traces: list[Trace]) -> tuple[float, int]:
-    """The two thresholds, by the defaults' rule, from the healthy ``traces``."""
+def calibrate(traces: list[Trace]) -> tuple[float, float, int]:
+    """The three thresholds, by the defaults' rule, from the healthy ``traces``."""
     healthy = [t for t in traces if t.label == "healthy"]
     top_score = max((s for t in healthy for _, s, _, _ in t.blocks), default=0.0)
+    top_share = max((w for t in healthy for _, _, w, _ in t.blocks), default=0.0)
     top_copies = max((m for t in healthy for _, _, _, m in t.blocks), default=0)
-    return round(top_score * EVIDENCE_MARGIN, 2), top_copies + COPIES_MARGIN
+    return (round(top_score * EVIDENCE_MARGIN, 2), round(min(1.0, top_share * WINDOW_MARGIN), 2),
+            top_copies + COPIES_MARGIN)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -153,34 +161,38 @@ def main(argv: list[str] | None = None) -> int:
         with (TRACES / f"{name}.jsonl").open(encoding="utf-8") as fh:
             traces += [_trace(json.loads(line), config) for line in fh if line.strip()]
     names = sorted({t.family for t in traces})
+    defaults = (config.recurrence_evidence, config.recurrence_threshold,
+                config.restatement_copies)
     rows = []
     for name in names:
         rest = [t for t in traces if t.family != name]
         own = [t for t in traces if t.family == name]
-        evidence, copies = calibrate(rest)
+        evidence, window, copies = calibrate(rest)
         rows.append({
             "family": name,
-            "left_out": {"evidence": evidence, "copies": copies, **score(own, evidence, copies)},
-            "default": score(own, config.recurrence_evidence, config.restatement_copies),
+            "left_out": {"evidence": evidence, "window": window, "copies": copies,
+                         **score(own, evidence, window, copies)},
+            "default": score(own, *defaults),
         })
-    pooled = score(traces, config.recurrence_evidence, config.restatement_copies)
+    pooled = score(traces, *defaults)
     worst = [r for r in rows if r["left_out"]["loops"]]
     worst_recall = min(worst, key=lambda r: r["left_out"]["caught"] / r["left_out"]["loops"])
     worst_fa = max(rows, key=lambda r: r["left_out"]["false_alarms"])
-    all_evidence, all_copies = calibrate(traces)
+    on_all = calibrate(traces)
     if args.json:
         print(json.dumps({"families": rows, "pooled_default": pooled,
-                          "calibrated_on_all": [all_evidence, all_copies]}, indent=1))
+                          "calibrated_on_all": on_all}, indent=1))
         return 0
-    print(f"calibrated on all families: evidence {all_evidence}, copies {all_copies} "
-          f"(defaults {config.recurrence_evidence}, {config.restatement_copies})")
-    print("| family | loops (high) | healthy | left out: evidence, copies | caught | high "
-          "caught | false alarms | median delay | default: caught | high | false alarms |")
+    print(f"calibrated on all families: evidence, window, copies {on_all} (defaults "
+          f"{defaults})")
+    print("| family | loops (high) | healthy | left out: evidence, window, copies | caught | "
+          "high caught | false alarms | median delay | default: caught | high | false alarms |")
     print("|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         lo, d = r["left_out"], r["default"]
         print(f"| {r['family']} | {lo['loops']} ({lo['high']}) | {lo['healthy']} | "
-              f"{lo['evidence']}, {lo['copies']} | {lo['caught']} | {lo['high_caught']} | "
+              f"{lo['evidence']}, {lo['window']}, {lo['copies']} | {lo['caught']} | "
+              f"{lo['high_caught']} | "
               f"{lo['false_alarms']} | {lo['median_delay']} | {d['caught']} | "
               f"{d['high_caught']} | {d['false_alarms']} |")
     lo = worst_recall["left_out"]
