@@ -387,7 +387,10 @@ class RecurrenceAnalyzer:
                 continue
             same = tok
             # Numbers, one-letter names, enumerators and words, for the list rule ("Lists").
-            if c0 < "A":  # a number or punctuation (ASCII order)
+            if c0 >= "a":  # most tokens: a lower-case word (or any non-ASCII one)
+                if held and len(tok) > 1:  # words matter in lists only
+                    u_words += 1
+            elif c0 < "A":  # a number or punctuation (ASCII order)
                 if c0 in _DIGITS:
                     if key is tok:  # not a folded list number
                         u_sig = crc32(tok.encode(), u_sig)
@@ -404,8 +407,6 @@ class RecurrenceAnalyzer:
                     u_nums += 1
                 elif held:
                     u_words += 1
-            elif held and len(tok) > 1 and c0.isalpha():  # words matter in lists only
-                u_words += 1
             h = crc32(key.lower().encode())
             old = last[li]
             last[li] = h
