@@ -156,6 +156,35 @@ async def test_a_healthy_stream_is_forwarded_unchanged(client: tuple[Stack, Asyn
     assert not comments(proxied)
 
 
+async def test_hidden_reasoning_is_watched_and_stays_hidden(
+        client: tuple[Stack, AsyncOpenAI]) -> None:
+    """With ``include_reasoning: false`` the sidecar still sees the loop (it asks for the
+    reasoning) and the client still sees none: no reasoning item, the answer as item 0,
+    numbering as the server gives it without reasoning; a healthy stream is the one the
+    server sends for that request."""
+    stack, _ = client
+    _, _, data = await post(stack.url + "/v1/responses", {
+        **body(), "stream": True, "include_reasoning": False})
+    events = sse_events(data)
+    check_numbering(events)
+    assert not [n for n, _ in events if "reasoning" in n]
+    final = events[-1][1]["response"]
+    assert [i["type"] for i in final["output"]] == ["message"]
+    assert final["output"][0]["content"][0]["text"].strip() == ANSWER
+    assert stack.metric("runaway_sidecar_requests_total", route="responses", model="sim-loop",
+                        outcome="reissued") == 1
+    healthy = {**body("sim-healthy"), "stream": True, "include_reasoning": False}
+    _, _, direct = await post(stack.sim_url + "/v1/responses", healthy)
+    _, _, proxied = await post(stack.url + "/v1/responses", healthy)
+    strip = [(n, {k: v for k, v in e.items() if k not in ("item_id",)})
+             for n, e in sse_events(direct)]
+    assert [n for n, _ in sse_events(proxied)] == [n for n, _ in strip]
+    assert [e.get("sequence_number") for _, e in sse_events(proxied)] == [
+        e.get("sequence_number") for _, e in strip]
+    assert [e.get("output_index") for _, e in sse_events(proxied)] == [
+        e.get("output_index") for _, e in strip]
+
+
 async def test_cut_mode_ends_incomplete(client: tuple[Stack, AsyncOpenAI]) -> None:
     """cut: the response ends at the cut, incomplete for max_output_tokens."""
     stack, openai = client

@@ -100,6 +100,10 @@ class Messages(WireApi):
             thinking_disabled=(_thinking_type(body) == "disabled"
                                or _kwargs_thinking(body) is False))
 
+    def expose_reasoning(self, body: Mapping[str, Any]) -> dict[str, Any] | None:
+        """Nothing to expose: the Messages API has no field that hides reasoning."""
+        return None
+
     def thinking_budget(self, body: Mapping[str, Any]) -> Any:
         """``thinking.budget_tokens`` when thinking is enabled."""
         thinking = body.get("thinking")

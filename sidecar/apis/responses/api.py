@@ -10,6 +10,8 @@ reading a request, the bodies the sidecar sends upstream, and the history it cle
   ``chat_template_kwargs`` switch. Tools, ``tool_choice``, ``instructions``, sampling and
   ``text`` (structured output) are kept; the client still sees its own ``reasoning`` in
   the response objects.
+- ``include_reasoning: false`` (a vLLM extra) is honoured as on chat: the sidecar asks
+  for the reasoning anyway, to watch it, and drops its items from what the client gets.
 - ``background: true`` is passed through unwatched: the response runs detached from the
   connection there (a cut would need ``/cancel``), and vLLM refuses it unless its store
   is enabled.
@@ -113,6 +115,7 @@ class Responses(WireApi):
             fingerprint=prompt_fingerprint(_fingerprint_key(body)),
             client_stream=body.get("stream") is True,
             thinking_disabled=_effort(body) == "none" or _kwargs_thinking(body) is False,
+            hide_reasoning=body.get("include_reasoning") is False,
             echo={"reasoning": body.get("reasoning")})
 
     def max_tokens(self, body: Mapping[str, Any]) -> int | None:
@@ -158,7 +161,8 @@ class Responses(WireApi):
 
     def splicer(self, facts: RequestFacts, fold: Any, *, request_id: str,
                 model: str | None) -> ResponsesSplicer:
-        return ResponsesSplicer(fold, request_id=request_id, model=model, echo=facts.echo)
+        return ResponsesSplicer(fold, request_id=request_id, model=model, echo=facts.echo,
+                                hide=facts.hide_reasoning)
 
     def attempt(self, spec: AttemptSpec, facts: RequestFacts, splicer: Splicer,
                 fold: Any) -> Attempt:

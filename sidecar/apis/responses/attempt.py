@@ -61,7 +61,10 @@ class ResponsesAttempt(Attempt):
         self._splitter = ThinkTagSplitter()
         self._saw_reasoning = False
         self._keep = splicer.keep
-        self._verbatim = spec.number == 0 and fold is None
+        # Forwarded as it came: the first attempt, to a streaming client that sees its
+        # reasoning (hidden reasoning makes the splicer drop items and renumber).
+        self._verbatim = spec.number == 0 and fold is None and not splicer.hide
+        self._rewritten = spec.number > 0 or splicer.hide
 
     # -- feeding -------------------------------------------------------------------
 
@@ -120,7 +123,7 @@ class ResponsesAttempt(Attempt):
                     splicer.seen(obj)
                 out.append(ev.raw)
                 continue
-            shown = splicer.rewrite(obj, self) if self.number else obj
+            shown = splicer.rewrite(obj, self) if self._rewritten else obj
             if shown is None:
                 continue
             if kind in SHAPING:

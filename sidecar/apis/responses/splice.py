@@ -73,9 +73,15 @@ class ResponsesSplicer(Splicer):
     every event the client gets that creates the response or adds or completes an item."""
 
     def __init__(self, fold: ResponseFold | None, *, request_id: str, model: str | None,
-                 echo: Mapping[str, Any]) -> None:
+                 echo: Mapping[str, Any], hide: bool = False) -> None:
         super().__init__()
         self.fold = fold
+        #: The client asked not to see reasoning (``include_reasoning: false``): the
+        #: sidecar asked for it anyway, to watch it, and drops its items here, numbering
+        #: the rest as the server would have.
+        self.hide = hide
+        self._hidden: set[str] = set()
+        self._hidden_at: list[int] = []
         self._request_id = request_id
         self._model = model
         self._echo = echo
@@ -147,10 +153,29 @@ class ResponsesSplicer(Splicer):
             self.sequence += 1
             obj["sequence_number"] = self.sequence
 
+    def _hidden_item(self, kind: Any, obj: dict[str, Any]) -> bool:
+        """Whether ``obj`` belongs to a reasoning item the client must not see."""
+        item = obj.get("item")
+        if kind == "response.output_item.added" and isinstance(item, dict) and (
+                item.get("type") == "reasoning"):
+            self._hidden.add(str(item.get("id")))
+            index = obj.get("output_index")
+            if isinstance(index, int):
+                self._hidden_at.append(index)
+            return True
+        item_id = obj.get("item_id")
+        if item_id is None and isinstance(item, dict):
+            item_id = item.get("id")
+        return item_id is not None and item_id in self._hidden
+
     def rewrite(self, obj: dict[str, Any], attempt: Attempt) -> dict[str, Any] | None:
-        """A reissue's event as the client sees it, or None to drop it."""
+        """A reissue's event (or any event, when reasoning is hidden) as the client sees
+        it, or None to drop it."""
         kind = obj.get("type")
-        if kind in ("response.created", "response.in_progress") and self.response is not None:
+        if self.hide and self._hidden_item(kind, obj):
+            return None
+        if (kind in ("response.created", "response.in_progress") and attempt.number
+                and self.response is not None):
             return None
         if "sequence_number" in obj:
             if self.sequence is None:  # the client has no numbered event yet
@@ -158,7 +183,8 @@ class ResponsesSplicer(Splicer):
             self._number(obj)
         index = obj.get("output_index")
         if isinstance(index, int):
-            obj["output_index"] = index + self._offset
+            below = sum(1 for hidden in self._hidden_at if hidden < index)
+            obj["output_index"] = index - below + self._offset
         if kind in _ENDS:
             response = obj.get("response")
             if isinstance(response, dict):
@@ -175,8 +201,10 @@ class ResponsesSplicer(Splicer):
         if "reasoning" in out:
             out["reasoning"] = self._echo.get("reasoning")
         output = response.get("output")
-        out["output"] = self.done[: self._done_before] + (output if isinstance(output, list)
-                                                          else [])
+        items = output if isinstance(output, list) else []
+        if self.hide:
+            items = [i for i in items if not (isinstance(i, dict) and i.get("type") == "reasoning")]
+        out["output"] = self.done[: self._done_before] + items
         usage = response.get("usage")
         if isinstance(usage, dict):
             out["usage"] = summed_usage(usage, attempt)
@@ -202,7 +230,8 @@ class ResponsesSplicer(Splicer):
 
     def _close(self, attempt: Attempt) -> list[dict[str, Any]]:
         """The events that close the item a cut left open, with status ``incomplete``."""
-        if attempt.number == 0:  # forwarded as it came: the upstream's numbers are the client's
+        if attempt.number == 0 and not self.hide:
+            # Forwarded as it came: the upstream's numbers are the client's.
             self.sequence = self.upstream_sequence
         item = self.open
         if item is None:
@@ -256,6 +285,7 @@ class ResponsesSplicer(Splicer):
         out = self._emit(self._close(attempt), comment(verdict, action, number))
         self._offset = self.items
         self._done_before = len(self.done)
+        self._hidden_at = []  # the next attempt numbers its items from 0 again
         return out
 
     def end(self, attempt: Attempt, verdict: Verdict, action: str, number: int,
