@@ -1,4 +1,8 @@
-"""CI smoke run of the load benchmark: it still runs and reports every field (no timing)."""
+"""CI smoke run of the load benchmark: it still runs and reports every field (no timing).
+
+Tests marked ``system`` need a program or a privilege from outside the venv (``perf``; root
+for cgroups), and ``slow`` ones take many seconds (bytecode tracing): the default test run
+deselects both, and ``.ci/run`` runs them after installing what they need."""
 
 from __future__ import annotations
 
@@ -164,6 +168,7 @@ def test_hotpath_interleaved_reports_every_case(capsys: pytest.CaptureFixture[st
     assert all(v > 0 for v in out["us_per_event"].values())
 
 
+@pytest.mark.slow
 def test_opcodes_counts_each_proxys_own_bytecode() -> None:
     """``benchmarks.opcodes`` traces the floor and the sidecar in their own processes, and
     counts per chunk both aiohttp's bytecode and each proxy's own: the floor's parse is
@@ -205,6 +210,7 @@ def test_native_reads_perf_report_groups() -> None:
                                             "libc": 200, "other C": 200}
 
 
+@pytest.mark.system
 def test_native_profiles_each_proxy_with_perf(tmp_path: Path) -> None:
     """``benchmarks.native`` samples the floor and the sidecar under a small paced load
     with ``perf record`` and prints samples per 1,000 chunks for each (``.ci/run``
@@ -276,6 +282,7 @@ def test_memory_answer_trace_stalls_inside_the_answer() -> None:
     assert len(tokenize(trace.content)) > 2 * _ANSWER_TOKENS
 
 
+@pytest.mark.system
 def test_cpu_quota_holds_a_busy_process_and_puts_it_back() -> None:
     """``cpuquota.limited`` puts a busy child in a cgroup of its own with the quota asked
     for, the kernel throttles it, and the child goes back where it was, with the cgroup
