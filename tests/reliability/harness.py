@@ -121,9 +121,12 @@ async def _read_body(reader: asyncio.StreamReader, head: bytes) -> None:
                 return
 
 
-async def start_sidecar(upstream: str, **config: Any) -> tuple[TestServer, CollectorRegistry]:
+async def start_sidecar(upstream: str, *, lingering_time: float | None = None,
+                        **config: Any) -> tuple[TestServer, CollectorRegistry]:
     """A sidecar on 127.0.0.1 in front of ``upstream``; ``config`` sets Config fields
-    (``detectors`` may be a dict of DetectorConfig fields)."""
+    (``detectors`` may be a dict of DetectorConfig fields). ``lingering_time`` shortens
+    aiohttp's lingering read of an unread request body (10 s by default) for this
+    server."""
     cfg = Config(upstream=upstream)
     det = config.pop("detectors", None)
     if det:
@@ -131,7 +134,10 @@ async def start_sidecar(upstream: str, **config: Any) -> tuple[TestServer, Colle
     cfg = dataclasses.replace(cfg, **config)
     registry = CollectorRegistry()
     server = TestServer(make_app(cfg, Metrics(registry, ["*"], "test")), host="127.0.0.1")
-    await server.start_server()
+    if lingering_time is None:
+        await server.start_server()
+    else:
+        await server.start_server(lingering_time=lingering_time)
     return server, registry
 
 

@@ -71,11 +71,16 @@ async def test_slowloris_head_is_closed(upstream: RawUpstream) -> None:
     assert upstream.requests == []
 
 
+#: aiohttp's lingering read of an unread body, shortened from its default of 10 s.
+LINGER = 1.0
+
+
 @pytest.mark.parametrize("path", ["/v1/chat/completions", "/tokenize"])
 async def test_slowloris_body_gets_408(upstream: RawUpstream, path: str) -> None:
     """A body that stops arriving gets a 408 at once and a closed connection after
-    aiohttp's lingering read (10 s), watched route or pass-through."""
-    sidecar, registry = await start_sidecar(upstream.url, client_body_timeout_seconds=0.5)
+    aiohttp's lingering read (``LINGER`` here), watched route or pass-through."""
+    sidecar, registry = await start_sidecar(upstream.url, client_body_timeout_seconds=0.5,
+                                            lingering_time=LINGER)
     head = (f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
             "Content-Length: 1000\r\n\r\n").encode()
     reader, writer = await asyncio.open_connection("127.0.0.1", sidecar.port)
@@ -85,7 +90,7 @@ async def test_slowloris_body_gets_408(upstream: RawUpstream, path: str) -> None
         status = await reader.readuntil(b"\r\n\r\n")
         body = await reader.read(200)
     answered = time.monotonic() - started
-    async with asyncio.timeout(14):
+    async with asyncio.timeout(LINGER + 4):
         rest = await reader.read(-1)
     closed = time.monotonic() - started
     writer.close()
@@ -94,7 +99,7 @@ async def test_slowloris_body_gets_408(upstream: RawUpstream, path: str) -> None
     assert orjson.loads(body)["error"]["code"] == 408
     assert rest == b""
     assert 0.4 < answered < 2.0
-    assert closed < 0.5 + 10 + 2
+    assert closed < 0.5 + LINGER + 2
     assert not registry.get_sample_value("runaway_sidecar_upstream_errors_total",
                                          {"kind": "timeout"})  # the client's fault
 
@@ -138,6 +143,19 @@ class Firehose:
         self.server.close()
 
 
+async def stopped_sending(hose: Firehose, quiet: float = 0.3, limit: float = 10.0) -> int:
+    """Wait until ``hose`` has handed the kernel nothing new for ``quiet`` seconds (it is
+    blocked); return what it had sent. Fails if it is still sending after ``limit``."""
+    deadline = time.monotonic() + limit
+    last, since = hose.sent, time.monotonic()
+    while time.monotonic() - since < quiet:
+        assert time.monotonic() < deadline, f"the upstream never stopped: {hose.sent} bytes"
+        await asyncio.sleep(0.05)
+        if hose.sent != last:
+            last, since = hose.sent, time.monotonic()
+    return last
+
+
 @pytest.mark.parametrize(("path", "mode"), [("/v1/chat/completions", "shadow"),
                                             ("/v1/chat/completions", "off"),
                                             ("/stream", "shadow")])
@@ -154,9 +172,8 @@ async def test_stopped_reader_backpressures_upstream(path: str, mode: str) -> No
     body = orjson.dumps({"model": "m", "stream": True, "messages": []})
     sock.send(f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
               f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
-    await asyncio.sleep(1.5)
-    plateau = hose.sent
-    await asyncio.sleep(1.5)
+    plateau = await stopped_sending(hose)
+    await asyncio.sleep(0.5)
     # Nothing read by the client: the upstream got stuck after a bounded amount (kernel
     # buffers on both loopback hops plus aiohttp's 64 KiB-scale buffers) ...
     assert hose.sent - plateau < 256 * 1024

@@ -82,11 +82,11 @@ async def test_silent_mid_stream_ends_at_the_read_timeout_with_stall_detection_o
 
 async def test_stream_slower_overall_than_the_read_timeout_completes(
         make_stack: StackFactory) -> None:
-    """The read timeout bounds the silence between bytes, not the stream: 24 tokens at
-    8 tok/s (3 s, a token every 0.125 s) pass a 0.5 s read timeout whole."""
+    """The read timeout bounds the silence between bytes, not the stream: 12 tokens at
+    8 tok/s (1.5 s, a token every 0.125 s) pass a 0.5 s read timeout whole."""
     stack = await make_stack(8.0, upstream_read_timeout_seconds=READ_TIMEOUT,
                              detectors={"stall_seconds": None})
-    body = {"model": "sim-healthy", "stream": True, "max_tokens": 24,
+    body = {"model": "sim-healthy", "stream": True, "max_tokens": 12,
             "messages": [{"role": "user", "content": "slow"}]}
     started = time.monotonic()
     async with aiohttp.ClientSession() as s, s.post(stack.url + "/v1/chat/completions",

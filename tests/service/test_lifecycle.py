@@ -127,6 +127,7 @@ async def test_ready_health_and_notify(node: Node) -> None:
     assert (await get(node.url() + "/metrics"))[1].startswith("# HELP vllm")
 
 
+@pytest.mark.parametrize("node", [400], indirect=True)  # the 400-token loop in 1 s
 async def test_sighup_reload_and_bad_reload(node: Node) -> None:
     """SIGHUP applies a new mode to new requests; a bad file is rejected and the old stays."""
     assert "READY=1" in node.notifications()
