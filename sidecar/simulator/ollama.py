@@ -1,5 +1,5 @@
 """Ollama's native API on the simulated node: ``/api/chat``, ``/api/generate`` (NDJSON),
-``/api/version`` and ``/api/tags``, shaped as ``protocols.md`` section 8 (Ollama
+``/api/version`` and ``/api/tags``, shaped as ``docs/protocols.md`` §8 (Ollama
 ``fb307609``, ``server/routes.go``).
 
 - Streaming (the default, ``"stream": true``): ``application/x-ndjson``, one JSON object

@@ -2,8 +2,8 @@
 
 Pure, like :mod:`sidecar.simulator.wire`. llama.cpp's bytes are those of a real
 ``llama-server`` (tests/data/captures/llama.cpp, held by
-tests/simulator/test_llamacpp_captures.py). SGLang's and Ollama's follow ``protocols.md``
-sections 8-9 (SGLang 0.5.23 ``sse_utils.py``/``protocol.py``; Ollama ``fb307609``
+tests/simulator/test_llamacpp_captures.py). SGLang's and Ollama's follow ``docs/protocols.md``
+§8-9 (SGLang 0.5.23 ``sse_utils.py``/``protocol.py``; Ollama ``fb307609``
 ``openai/openai.go``); what the document does not show is marked ⚠ below: those bytes are
 a plausible reading of the source, not checked against a live server. Their
 ``/v1/completions`` route keeps vLLM's layout (⚠ not documented for these servers); the

@@ -1,7 +1,7 @@
 """Ollama's native API (/api/chat, /api/generate) behind the sidecar, driven by the
 official ``ollama`` Python client against the simulator in its Ollama dialect.
 
-⚠ From ``protocols.md`` section 8 but not checked against a live Ollama: the bodies of
+⚠ From ``docs/protocols.md`` §8 but not checked against a live Ollama: the bodies of
 ``/api/version`` and ``/api/tags``, the error wording, generate's ``context``.
 """
 

@@ -1,7 +1,7 @@
 """llama.cpp, SGLang and Ollama behind the sidecar on their OpenAI-compatible routes,
 driven by the official ``openai`` SDK against the simulator in each dialect.
 
-The simulator's bytes follow ``protocols.md`` sections 7-9. Unverified there (⚠) and so
+The simulator's bytes follow ``docs/protocols.md`` §7-9. Unverified there (⚠) and so
 only as good as the document: llama.cpp's ``timings`` content, SGLang's finish and usage
 chunk shapes, and whether Ollama's OpenAI layer sends ``[DONE]`` after an error.
 """

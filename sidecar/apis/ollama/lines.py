@@ -1,7 +1,7 @@
 """Ollama's native API (``/api/chat``, ``/api/generate``): the line model, request bodies
 and the NDJSON lines the sidecar writes itself when it splices (pure).
 
-Wire format (``protocols.md`` section 8, Ollama ``fb307609``): one JSON object per line;
+Wire format (``docs/protocols.md`` §8, Ollama ``fb307609``): one JSON object per line;
 chat puts text in ``message.content`` and thinking in ``message.thinking``, generate in
 ``response`` and ``thinking``; the last line has ``done: true``, ``done_reason`` and the
 counters ``prompt_eval_count``/``eval_count`` with their durations (nanoseconds); an
