@@ -15,9 +15,9 @@ streams at ``--rate`` tokens per second, ``--max-tokens`` tokens each, for
 Why count: on a shared machine the CPU per chunk of one and the same build moves by 10 to
 20 % from run to run (``paced``), so a change worth a few percent cannot be seen there.
 The count is the same from run to run (the input and the code decide it), and user-space
-CPU per chunk under paced load follows it (``benchmarks/README.md``, "Bytecode per
-chunk"). It is a guide for comparing builds, not a replacement for ``paced``: the
-targets are judged on CPU time.
+CPU per chunk under paced load follows it
+(``benchmarks/results/2026-12-04-04-bytecode-per-chunk.md``). It is a guide for
+comparing builds, not a replacement for ``paced``: the targets are judged on CPU time.
 
 The tracer makes a proxy about twenty times slower, so the load is small; at 8 streams
 of 50 tokens per second each read is still one event, as at 256 x 50 untraced (the table
