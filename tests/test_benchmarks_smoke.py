@@ -59,10 +59,10 @@ def _check(result: LoadResult) -> None:
 
 
 async def test_loadgen_through_sidecar(stack: Stack) -> None:
-    """Two paced streams for about two seconds through the sidecar finish cleanly, and
+    """Two paced streams for about a second through the sidecar finish cleanly, and
     the load says when its ramp is over (every worker started)."""
     ramped = asyncio.Event()
-    result = await run_load(LoadSpec(stack.url, concurrency=2, duration=2.0, rate=50.0,
+    result = await run_load(LoadSpec(stack.url, concurrency=2, duration=1.0, rate=50.0,
                                      max_tokens=30, grace=20.0), ramped)
     _check(result)
     assert ramped.is_set()

@@ -144,15 +144,17 @@ class Firehose:
 
 
 async def stopped_sending(hose: Firehose, quiet: float = 0.3, limit: float = 10.0) -> int:
-    """Wait until ``hose`` has handed the kernel nothing new for ``quiet`` seconds (it is
-    blocked); return what it had sent. Fails if it is still sending after ``limit``."""
+    """Wait until ``hose`` has handed the kernel nothing new for ``quiet`` seconds and at
+    least 6 looks in a row (a process held off the CPU for a while is not taken for a
+    blocked one); return what it had sent. Fails if it is still sending after ``limit``."""
     deadline = time.monotonic() + limit
-    last, since = hose.sent, time.monotonic()
-    while time.monotonic() - since < quiet:
+    last, since, looks = hose.sent, time.monotonic(), 0
+    while time.monotonic() - since < quiet or looks < 6:
         assert time.monotonic() < deadline, f"the upstream never stopped: {hose.sent} bytes"
         await asyncio.sleep(0.05)
+        looks += 1
         if hose.sent != last:
-            last, since = hose.sent, time.monotonic()
+            last, since, looks = hose.sent, time.monotonic(), 0
     return last
 
 
