@@ -13,7 +13,7 @@
 # 4. Runs `pytest -m vllm` on tests/e2e (with --record: first records fresh captures into
 #    tests/data/captures/e2e; --record-only: only that). --serve starts everything, writes
 #    the test environment to $LOGS/env.sh and waits (until Ctrl-C or E2E_TIMEOUT), for
-#    running single tests by hand: `. $LOGS/env.sh && .venv/bin/python -m pytest -m vllm ...`.
+#    running single tests by hand: `. $LOGS/env.sh && .venv/bin/python -m pytest -m vllm -n 0 ...`.
 #    --setup-only stops after steps 1 and 2 (e.g. to warm a CI cache).
 # Everything it starts is stopped on exit, on error and on Ctrl-C. Bounded in time overall.
 #
@@ -227,7 +227,7 @@ run_batch() {  # run_batch KIND...
     local cache=$LOGS/pytest-cache rc=0
     run_pytest() {
       (cd "$ROOT" && env "${env_args[@]}" timeout "$PYTEST_TIMEOUT" "$PROJECT_PY" -m pytest -m vllm \
-        -o cache_dir="$cache" "$@" "${files[@]}" "${PYTEST_ARGS[@]}")
+        -n 0 -o cache_dir="$cache" "$@" "${files[@]}" "${PYTEST_ARGS[@]}")
     }
     run_pytest || rc=$?
     local try=1

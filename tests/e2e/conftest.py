@@ -409,7 +409,16 @@ def _node(kind: str) -> Node:
 
 
 @pytest.fixture(scope="session", autouse=True)
-def _warm_up() -> None:
+def _one_process() -> None:
+    """The suite runs in one process: every test shares the servers and reads their
+    counters (the default test run uses two, pytest-xdist)."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        pytest.fail("run the real-vLLM suite in one process: add -n 0 "
+                    "(scripts/e2e-vllm.sh does)", pytrace=False)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _warm_up(_one_process: None) -> None:
     """One short request per model, direct and through the sidecar, before any test: the
     first request on a fresh vLLM server and sidecar is slower (lazy imports, first
     allocations), and the cut-latency assertions are about the steady state."""
