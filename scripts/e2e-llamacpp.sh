@@ -16,7 +16,7 @@
 # 4. Runs `pytest -m llamacpp` on tests/e2e/llamacpp (with --record: first records fresh
 #    captures into tests/data/captures/llama.cpp; --record-only: only that). --serve starts
 #    everything, writes the test environment to $LOGS/env.sh and waits (until Ctrl-C or
-#    E2E_TIMEOUT): `. $LOGS/env.sh && .venv/bin/python -m pytest -m llamacpp ...`.
+#    E2E_TIMEOUT): `. $LOGS/env.sh && .venv/bin/python -m pytest -m llamacpp -n 0 ...`.
 #    --setup-only stops after steps 1 and 2 (e.g. to warm a CI cache).
 # Everything it starts is stopped on exit, on error and on Ctrl-C. Bounded in time overall.
 #
@@ -226,7 +226,7 @@ main() {
   elif ((RUN_TESTS)); then
     t=$(date +%s)
     (cd "$ROOT" && env "${env_args[@]}" timeout "$PYTEST_TIMEOUT" "$PROJECT_PY" -m pytest \
-      -m llamacpp -p no:cacheprovider tests/e2e/llamacpp "${PYTEST_ARGS[@]}")
+      -m llamacpp -n 0 -p no:cacheprovider tests/e2e/llamacpp "${PYTEST_ARGS[@]}")
     say "pytest took $(( $(date +%s) - t ))s"
     if [[ -s $LOGS/report.jsonl ]]; then
       say "report:"
