@@ -22,7 +22,7 @@ A *statement* is one of:
 
 Lines longer than :data:`MAX_LINE` characters are paragraphs, left to ``recurrence``.
 
-Calibration (``benchmarks/families.py``): on the 1,889 healthy traces of tests/data/traces no
+Calibration (``benchmarks/families.py``): on the 1,885 healthy traces of tests/data/traces no
 statement came back more than 5 times within 16,384 characters; loops that restate a
 conclusion do it dozens of times.
 

@@ -33,8 +33,8 @@ def test_high_confidence_recall(results: dict[str, list[ReplayResult]]) -> None:
 
 
 def test_false_alarms(results: dict[str, list[ReplayResult]]) -> None:
-    """None of the 369 healthy traces is flagged (issue 28: 0 false alarms)."""
-    assert len(results["healthy"]) == 369
+    """None of the 365 healthy traces is flagged (issue 28: 0 false alarms)."""
+    assert len(results["healthy"]) == 365
     assert sum(r.detected for r in results["healthy"]) == 0
 
 
