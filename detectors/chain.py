@@ -58,6 +58,7 @@ def text_analyzers(config: DetectorConfig) -> tuple[AnalyzerFactory, ...]:
                     config.periodic_min_repeats,
                     config.periodic_min_span,
                     config.periodic_max_period,
+                    config.periodic_copy_chars,
                 ),
             )
         )

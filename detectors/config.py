@@ -53,6 +53,9 @@ class DetectorConfig:
     periodic_min_span: int = 400
     #: Longest period searched, in characters.
     periodic_max_period: int = 1024
+    #: Also fire once the second copy of a unit of prose is complete and at least this many
+    #: characters repeat the text before them verbatim (0 = off; healthy max seen: 408).
+    periodic_copy_chars: int = 600
 
     #: Run the restatement detector (one line, or one whole list, written again and again).
     restatement_enabled: bool = True

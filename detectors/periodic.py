@@ -19,6 +19,20 @@ it is shorter than the window, which a loop is when its period first shows; only
 grew past the window while never being the nearest period is counted from the window's
 start, an under-count that can only delay a verdict.
 
+Copies of a long unit: a loop is certain once the second copy of its unit is complete, but
+eight copies of a 600-character unit would be 4,800 characters of loop. So a run also fires
+when the second copy of its unit is complete and at least ``copy_chars`` characters of it
+repeat the text before them verbatim (``span - period >= max(period, copy_chars)``): a unit
+of ``copy_chars`` characters or more at the end of its second copy, a shorter one once
+``copy_chars`` characters are copies (600: a 300-character unit at the end of its third
+copy, a 200-character one at the end of its fourth). Only consecutive copies count: a
+paragraph quoted again after other words is no run at all. Code keeps its own rule (eight
+copies, and ``recurrence``'s fourth copy): this one is off while the channel is inside a
+``` fence and for a unit that holds a fence, or whose lines are mostly indented and are not
+list items. On the healthy traces of tests/data/traces no thinking repeats more than 408
+characters verbatim, consecutive or not (``benchmarks/verbatim.py``), and 600 is 1.47
+times that.
+
 The window is kept at two bytes a character at most. A str holding one character beyond
 U+FFFF (an emoji, a mathematical italic letter) takes four bytes for each of its
 characters, so each such character is stored as one of the 6,400 private-use characters
@@ -38,6 +52,9 @@ from detectors.base import Evidence
 from detectors.blocks import BLOCK_CHARS, Block
 
 _ANCHOR = 32
+#: A line of code: indented by a tab or four spaces, and not a list item.
+_CODE_LINE = re.compile(r"\n(?:\t| {4})[ \t]*(?![-*+•·>]\s|\d{1,3}[.):]\s)\S")
+_FENCE = "```"
 _ASTRAL = re.compile("[\U00010000-\U0010FFFF]")
 _PRIVATE_USE, _PRIVATE_USE_SIZE = 0xE000, 6400
 
@@ -83,14 +100,29 @@ def periodic_span(tail: str, max_period: int) -> tuple[int, int]:
 class PeriodicAnalyzer:
     """Block analyzer for one channel; see the module docstring."""
 
-    __slots__ = ("_keep", "_max_period", "_min_repeats", "_min_span", "_q", "_recent", "_start")
+    __slots__ = (
+        "_copy",
+        "_fence",
+        "_keep",
+        "_max_period",
+        "_min_repeats",
+        "_min_span",
+        "_q",
+        "_recent",
+        "_start",
+    )
 
-    def __init__(self, min_repeats: int, min_span: int, max_period: int) -> None:
+    def __init__(
+        self, min_repeats: int, min_span: int, max_period: int, copy_chars: int = 0
+    ) -> None:
         if max_period < 1:
             raise ValueError("periodic_max_period must be at least 1")
         self._min_repeats = min_repeats
         self._min_span = min_span
         self._max_period = max_period
+        # The copy rule (0: off) and whether the channel is inside a ``` fence.
+        self._copy = copy_chars
+        self._fence = False
         # Enough for the anchor's search (max_period + _ANCHOR back) and for the block and
         # a period before it (BLOCK_CHARS + max_period back).
         self._keep = max_period + BLOCK_CHARS + _ANCHOR
@@ -105,6 +137,10 @@ class PeriodicAnalyzer:
         if not text.isascii():
             text = _ASTRAL.sub(_narrow, text)
         recent = self._recent + text
+        # Fences opened or closed in this block (one cut by the block's start counts here,
+        # where its last backtick is).
+        if "`" in text and recent[-len(text) - 2 :].count(_FENCE) & 1:
+            self._fence = not self._fence
         if len(recent) > self._keep:
             recent = recent[-self._keep :]
         self._recent = recent
@@ -124,9 +160,9 @@ class PeriodicAnalyzer:
             # The nearest copy of the anchor is closer than the followed run's period (the
             # anchor recurs inside the unit): the followed run is the loop, if any.
             q_span = block.end - self._start
-            if self._fires(q, q_span) and not self._fires(p, span):
+            if self._fires(q, q_span, recent) and not self._fires(p, span, recent):
                 p, span = q, q_span
-        if not p or not self._fires(p, span):
+        if not p or not self._fires(p, span, recent):
             return None
         unit = block.text[-p:] if p <= len(block.text) else recent[-p:]
         return Finding(
@@ -134,5 +170,14 @@ class PeriodicAnalyzer:
             Evidence(excerpt(unit), p, span // p),
         )
 
-    def _fires(self, period: int, span: int) -> bool:
-        return span >= self._min_span and span >= self._min_repeats * period
+    def _fires(self, period: int, span: int, recent: str) -> bool:
+        """The repeats rule, or the copy rule for a unit of prose (module docstring)."""
+        if span >= self._min_span and span >= self._min_repeats * period:
+            return True
+        copy = self._copy
+        if not copy or span - period < max(period, copy) or self._fence:
+            return False
+        unit = recent[-period:]
+        if _FENCE in unit:
+            return False
+        return 2 * len(_CODE_LINE.findall(unit)) <= unit.count("\n")

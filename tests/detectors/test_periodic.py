@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import random
 
+import pytest
+from code_samples import MERGE
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -147,3 +149,114 @@ def test_findings_are_true_and_never_later_than_the_whole_text_rule(
             assert _is_run(text, *mine)
             assert mine[2] >= min_repeats
             assert mine[1] * (mine[2] + 1) > MIN_SPAN
+
+
+def _prose(size: int, seed: int) -> str:
+    """``size`` characters of words and sentences that never repeat a 32-character stretch."""
+    rng = random.Random(seed)
+    words = []
+    while sum(map(len, words)) < size * 2:
+        words.append("".join(rng.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(
+            rng.randint(2, 9))) + rng.choice([" ", " ", " ", ". ", ", "]))
+    return "".join(words)[:size]
+
+
+def _copy_run(text: str, copy_chars: int) -> list[tuple[int, int, int] | None]:
+    """(end, period, repeats) of each block's finding with the copy rule on, or None."""
+    analyzer = PeriodicAnalyzer(MIN_REPEATS, MIN_SPAN, MAX_PERIOD, copy_chars)
+    out: list[tuple[int, int, int] | None] = []
+    for block in Blocker().push(text) or []:
+        found = analyzer.analyze(block)
+        out.append(None if found is None else
+                   (block.end, found.evidence.period, found.evidence.count))
+    return out
+
+
+def _first(found: list[tuple[int, int, int] | None]) -> tuple[int, int, int] | None:
+    return next((f for f in found if f), None)
+
+
+@pytest.mark.parametrize(("size", "copies"), [(600, 2), (800, 2), (1000, 2), (300, 3), (200, 4)])
+def test_copy_rule_fires_once_600_characters_are_copies(size: int, copies: int) -> None:
+    """A unit of prose of 600 characters or more fires at the first block after its second
+    copy is complete; a shorter one once 600 characters repeat the unit before them (a
+    300-character unit after its third copy, a 200-character one after its fourth)."""
+    head = _prose(3000, 1)
+    unit = _prose(size, 2)
+    text = head + unit * 12
+    found = _first(_copy_run(text, 600))
+    assert found is not None
+    end, period, _ = found
+    assert period == size
+    due = len(head) + copies * size
+    assert due <= end < due + BLOCK_CHARS
+    assert _is_run(text, end, period, 2)
+
+
+def test_copy_rule_waits_for_600_copied_characters() -> None:
+    """A 250-character unit written three times (500 characters copied) draws no finding;
+    without the copy rule a 600-character unit needs eight copies."""
+    head = _prose(3000, 3)
+    assert _first(_copy_run(head + _prose(250, 4) * 3 + head[:600], 600)) is None
+    unit = _prose(600, 5)
+    text = head + unit * 12
+    found = _first(_copy_run(text, 0))
+    assert found is not None
+    assert found[0] >= len(head) + 8 * len(unit)
+
+
+def test_a_paragraph_quoted_again_after_other_words_is_no_run() -> None:
+    """A 900-character paragraph written again after a sentence of other words (a re-quote,
+    not a loop) draws nothing: only consecutive copies make a run."""
+    head = _prose(3000, 6)
+    paragraph = _prose(900, 7)
+    text = head + paragraph + "Let me read that once more, slowly: " + paragraph + head[:900]
+    assert all(f is None for f in _copy_run(text, 600))
+
+
+@pytest.mark.parametrize("fenced", [True, False])
+def test_copy_rule_leaves_code_to_its_own_rule(fenced: bool) -> None:
+    """A 34-line function written twice in a row, in a fence or as bare indented code, draws
+    no finding from the copy rule (code keeps its own rule); the same characters as one
+    long line of prose do."""
+    head = _prose(3000, 8)
+    code = f"```python\n{MERGE}```\n" if fenced else MERGE
+    assert all(f is None for f in _copy_run(head + code * 3, 600))
+    flat = MERGE.replace("\n", " ")
+    assert _first(_copy_run(head + flat * 3, 600)) is not None
+
+
+def test_copy_rule_is_off_inside_a_fence() -> None:
+    """Inside an open fence a unit with no fence of its own is code too."""
+    head = _prose(3000, 9) + "\n```\n"
+    unit = _prose(700, 10)
+    assert all(f is None for f in _copy_run(head + unit * 3, 600))
+    assert _first(_copy_run(head + "```\n" + unit * 3, 600)) is not None
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    prefix=st.text(alphabet="abc xyz.\n", max_size=600),
+    pieces=st.lists(
+        st.tuples(st.text(alphabet="abXc\n.", min_size=1, max_size=700),
+                  st.integers(min_value=1, max_value=6)),
+        min_size=1, max_size=4),
+    copy_chars=st.sampled_from([100, 300, 600]),
+)
+def test_copy_findings_are_true_runs_and_never_late(
+        prefix: str, pieces: list[tuple[str, int]], copy_chars: int) -> None:
+    """With the copy rule on, every finding is a real verbatim run of at least two copies
+    whose copied part covers ``copy_chars`` and the unit, and at each block where the
+    whole-text rule (nearest period, copy rule included) fires, the analyzer fires too."""
+    text = prefix + "".join(unit * times for unit, times in pieces)
+    got = _copy_run(text, copy_chars)
+    for end, mine in zip(range(BLOCK_CHARS, len(text) + 1, BLOCK_CHARS), got, strict=True):
+        p, span = periodic_span(text[:end], MAX_PERIOD)
+        whole = p and ((span >= MIN_SPAN and span >= MIN_REPEATS * p)
+                       or span - p >= max(p, copy_chars))
+        if whole:
+            assert mine is not None
+        if mine is not None:
+            assert mine[0] == end
+            assert mine[2] >= 2
+            assert _is_run(text, *mine)

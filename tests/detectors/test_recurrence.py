@@ -135,7 +135,7 @@ def test_chains_of_one_config_share_factories_not_state() -> None:
     first = feed_text(text)
     second = feed_text(text)
     assert first is not None
-    assert first.detector == "recurrence"
+    assert first.detector == "periodic"  # a 600-character unit, at its second copy's end
     assert second is not None
     assert (second.detector, second.at_char) == (first.detector, first.at_char)
 
@@ -412,7 +412,8 @@ def test_the_same_candidate_written_again_and_again_fires() -> None:
 
 def test_prose_in_list_form_counts_as_prose() -> None:
     """Numbered reasoning steps with few numbers (prose in list form) repeated verbatim count
-    as they are written, not only at the end of the list: a loop of them fires."""
+    as they are written, not only at the end of the list: a loop of them fires recurrence
+    (with periodic's copy rule off, which catches this verbatim loop first)."""
     steps = "".join(
         f"{i}. {sentence}\n" for i, sentence in enumerate(
             [
@@ -424,7 +425,8 @@ def test_prose_in_list_form_counts_as_prose() -> None:
             1,
         )
     )
-    verdict = feed_text(_reasoning(14)[:3000] + ("Wait, maybe:\n" + steps) * 8)
+    verdict = feed_text(_reasoning(14)[:3000] + ("Wait, maybe:\n" + steps) * 8,
+                        config=DetectorConfig(periodic_copy_chars=0))
     assert verdict is not None
     assert verdict.detector == "recurrence"
 
@@ -458,10 +460,11 @@ def test_a_real_search_stuck_on_the_same_schedules_still_fires() -> None:
 def test_a_short_unit_loop_fires_on_the_window_by_its_sixth_copy() -> None:
     """A 200-character unit repeated verbatim after real reasoning fills the 3-block window
     with third copies and fires before its sixth copy ends (seventh with the old 4-block,
-    76% window); the healthy traces reach 69% over 3 blocks, the threshold is 90%."""
+    76% window); the healthy traces reach 69% over 3 blocks, the threshold is 90%. (The
+    chain's periodic copy rule, off here, fires earlier: after the fourth copy.)"""
     head = _reasoning(14)[:6000] + "\n\n"
     unit = _reasoning(15)[3000:3200] + "\n\n"
-    verdict = feed_text(head + unit * 12)
+    verdict = feed_text(head + unit * 12, config=DetectorConfig(periodic_copy_chars=0))
     assert verdict is not None
     assert verdict.detector == "recurrence"
     assert "of the last" in verdict.reason

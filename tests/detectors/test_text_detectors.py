@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import pytest
 from detector_helpers import feed_text, load
 
 from detectors import DetectorConfig
+from detectors.replay import split_stream
 
 PARAS = [
     "Fill the 12-liter jug and pour it into the 6-liter jug until that one is full. ",
@@ -37,6 +39,50 @@ def test_recurrence_ignores_one_restatement() -> None:
     text = passage + "Let me double-check that:\n" + passage + ", ".join(fresh) + ".\n"
     assert len(passage) > 600
     assert feed_text(text) is None
+
+
+def _healthy_reasoning(index: int) -> str:
+    text = str(load("healthy")[index]["text"])
+    start, end, _ = split_stream(text)
+    return text[start:end]
+
+
+@pytest.mark.parametrize(("size", "due"), [(400, 1000), (700, 1400)])
+def test_a_paragraph_loop_fires_at_its_second_or_third_copy(size: int, due: int) -> None:
+    """A real paragraph of 700 characters written again and again after real reasoning is
+    cut at the first block after its second copy; one of 400 characters once 600
+    characters are copies, halfway through its third: periodic's copy rule, before
+    recurrence."""
+    head = _healthy_reasoning(14)[:6000] + "\n\n"
+    unit = _healthy_reasoning(15)[3000 : 3000 + size]
+    verdict = feed_text(head + unit * 12)
+    assert verdict is not None
+    assert verdict.detector == "periodic"
+    assert verdict.evidence.period == size
+    assert due <= verdict.at_char - len(head) < due + 256
+    later = feed_text(head + unit * 12, config=DetectorConfig(periodic_copy_chars=0))
+    assert later is not None
+    assert later.at_char > verdict.at_char
+
+
+def test_short_loops_that_recovered_fire_the_copy_rule() -> None:
+    """The traces rule V moved out of the healthy set (a unit of 258-533 characters written
+    2.7-4.1 times in a row, then the thinking goes on) draw periodic's copy rule; the one
+    whose loop copied 535 characters of a 113-character unit stays under 600."""
+    moved = [r for r in load("ambiguous") if r.get("label_method") == "rule V (auto)"]
+    assert len(moved) == 4
+    fired = {}
+    for record in moved:
+        start, end, _ = split_stream(record["text"])
+        verdict = feed_text(record["text"][start:end])
+        fired[record["source"].rsplit("/", 1)[-1]] = None if verdict is None else (
+            verdict.detector, verdict.evidence.period)
+    assert fired == {
+        "Qwen__Qwen3-0.6B.json#17": ("periodic", 258),
+        "Qwen__Qwen3-0.6B.json#26": ("periodic", 268),
+        "AXCXEPT__Qwen3-EZO-8B-beta.json#0": ("periodic", 533),
+        "072-qwen3-30b-a3b-v2-sft-trl-megablocks.json#44": None,
+    }
 
 
 def test_arithmetic_progress_is_not_a_loop() -> None:
