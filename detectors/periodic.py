@@ -110,6 +110,7 @@ class PeriodicAnalyzer:
         "_q",
         "_recent",
         "_start",
+        "copied",
     )
 
     def __init__(
@@ -130,6 +131,10 @@ class PeriodicAnalyzer:
         # The run being followed: its period (0: none) and the channel offset it starts at.
         self._q = 0
         self._start = 0
+        #: With the copy rule on: the characters of prose that the run ending the last
+        #: block copies, once its unit's second copy is complete (else 0). The copy rule
+        #: fires when it reaches ``copy_chars``; calibration reads it.
+        self.copied = 0
 
     def analyze(self, block: Block) -> Finding | None:
         """Check whether the channel now ends in enough verbatim repeats."""
@@ -156,13 +161,19 @@ class PeriodicAnalyzer:
             q = p
             self._start = block.end - span
         self._q = q
+        copy = self._copy
+        copied = self._prose_copy(p, span, recent) if copy else 0
+        fires = bool(p) and (self._fires(p, span) or copied >= copy > 0)
         if q and q != p:
             # The nearest copy of the anchor is closer than the followed run's period (the
             # anchor recurs inside the unit): the followed run is the loop, if any.
             q_span = block.end - self._start
-            if self._fires(q, q_span, recent) and not self._fires(p, span, recent):
-                p, span = q, q_span
-        if not p or not self._fires(p, span, recent):
+            q_copied = self._prose_copy(q, q_span, recent) if copy else 0
+            copied = max(copied, q_copied)
+            if not fires and (self._fires(q, q_span) or q_copied >= copy > 0):
+                p, span, fires = q, q_span, True
+        self.copied = copied
+        if not fires:
             return None
         unit = block.text[-p:] if p <= len(block.text) else recent[-p:]
         return Finding(
@@ -170,14 +181,17 @@ class PeriodicAnalyzer:
             Evidence(excerpt(unit), p, span // p),
         )
 
-    def _fires(self, period: int, span: int, recent: str) -> bool:
-        """The repeats rule, or the copy rule for a unit of prose (module docstring)."""
-        if span >= self._min_span and span >= self._min_repeats * period:
-            return True
-        copy = self._copy
-        if not copy or span - period < max(period, copy) or self._fence:
-            return False
+    def _fires(self, period: int, span: int) -> bool:
+        """The repeats rule (the copy rule reads :meth:`_prose_copy`)."""
+        return span >= self._min_span and span >= self._min_repeats * period
+
+    def _prose_copy(self, period: int, span: int, recent: str) -> int:
+        """``span - period`` for a run whose second copy is complete and whose unit (the
+        last ``period`` characters) is prose; else 0 (see the module docstring)."""
+        copied = span - period
+        if not period or copied < period or self._fence:
+            return 0
         unit = recent[-period:]
-        if _FENCE in unit:
-            return False
-        return 2 * len(_CODE_LINE.findall(unit)) <= unit.count("\n")
+        if _FENCE in unit or 2 * len(_CODE_LINE.findall(unit)) > unit.count("\n"):
+            return 0
+        return copied

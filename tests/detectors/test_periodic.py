@@ -260,3 +260,22 @@ def test_copy_findings_are_true_runs_and_never_late(
             assert mine[0] == end
             assert mine[2] >= 2
             assert _is_run(text, *mine)
+
+
+def test_copied_reports_the_prose_copy_of_a_run_and_nothing_for_code() -> None:
+    """``copied`` is what the copy rule compares: 0 until the unit's second copy is
+    complete, then the characters that repeat the text before them; 0 for code."""
+    head = _prose(3000, 11)
+    unit = _prose(500, 12)
+    analyzer = PeriodicAnalyzer(MIN_REPEATS, MIN_SPAN, MAX_PERIOD, 10**9)
+    seen = {}
+    for block in Blocker().push(head + unit * 4) or []:
+        assert analyzer.analyze(block) is None
+        seen[block.end] = analyzer.copied
+    assert all(v == 0 for end, v in seen.items() if end < len(head) + 2 * len(unit))
+    last = max(seen)
+    assert seen[last] == last - len(head) - len(unit)
+    code = PeriodicAnalyzer(MIN_REPEATS, MIN_SPAN, MAX_PERIOD, 10**9)
+    for block in Blocker().push(head + MERGE * 3) or []:
+        code.analyze(block)
+        assert code.copied == 0
