@@ -44,9 +44,13 @@ count, as if they had counted all along, when it is prose in list form (fewer nu
 one-letter names than half its words) or when the sequence of its numbers and names was
 seen in an earlier list; else they are dropped. A loop that writes the same list again, with
 the same numbers, counts as before; candidates that differ in a number or a name add
-nothing. A unit longer than 512 shingles is prose: what it held counts. The sequences seen
-are kept in a bitset of 8,192 bits (1 KiB, allocated by the first list that needs it); a
-collision can only make a new list count as a repeat.
+nothing. The same test is made for each item of a list of lines at the item's end: an item
+that is prose ("1. Fill the 6-liter jug.") counts then, whatever the list turns out to be,
+so steps restated in words count though the figures around them change (its copies from an
+earlier block are counted in the block where the item ends). A unit longer than 512
+shingles is prose: what it held counts. The sequences seen are kept in a bitset of 8,192
+bits (1 KiB, allocated by the first list that needs it); a collision can only make a new
+list count as a repeat.
 
 The table has up to ``2 * history`` four-bit counters, each with a one-byte fingerprint,
 probed in pairs (slot, slot ^ 1) whose two counters share a byte: a shingle is *seen* only
@@ -150,6 +154,7 @@ class RecurrenceAnalyzer:
         "_last",
         "_li",
         "_ls",
+        "_mark",
         "_maxbits",
         "_min_seen",
         "_n",
@@ -241,9 +246,12 @@ class RecurrenceAnalyzer:
         self._unit = (False, False, 0, 0, 0, 0, 0, -9, -9)
         # The unit's numbers and one-letter names, and its words (two letters or more).
         self._items = (0, 0)
+        # Where the current item of a list of lines began: the unit's numbers and words, and
+        # its held copies (both rules) so far, then.
+        self._mark = (0, 0, 0, 0)
         # What the evidence would be had the held copies counted, and the held copies of
         # earlier blocks for the window rule.
-        self._held = (0.0, 0)
+        self._held = (0.0, 0, 0)
         # The number sequences of the lists so far, one bit each (allocated by the first).
         self._sigs = bytearray()
 
@@ -332,10 +340,11 @@ class RecurrenceAnalyzer:
         rec = rec1 = 0
         u_items, held, u_sig, u_from, p_rec1, p_rec, p_top, num_at, end_at = self._unit
         u_nums, u_words = self._items
+        m_nums, m_words, m_rec1, m_rec = self._mark
         # The accumulated evidence, and what it would be had the unit's held copies counted
         # (taken over when the list turns out to count).
         score = self._score
-        shadow, p_rec_prev = self._held
+        shadow, p_rec_prev, p_rec1_prev = self._held
         # Code state, by position in the token stream (see "Code" in the module docstring).
         ls, ticks, fence = self._ls, self._ticks, self._fence
         code, prev_code = self._code, self._prev_code
@@ -366,6 +375,19 @@ class RecurrenceAnalyzer:
                     code = fence or (indented and (prev_code or opener) and not item)
                     if c0.isdigit() and tok.isdigit():
                         key = "#"
+                    if held and u_items and 2 * (u_nums - m_nums) < u_words - m_words:
+                        # The item before this line is prose (fewer numbers and names than
+                        # half its words): its held copies count now, whatever the list.
+                        d1 = p_rec1 + p_rec1_prev - m_rec1
+                        d = p_rec + p_rec_prev - m_rec
+                        if d1:
+                            rec1 += d1
+                            rec += d
+                            p_rec1 -= d1
+                            p_rec -= d
+                            top = max(top, p_top)
+                    m_nums, m_words = u_nums, u_words
+                    m_rec1, m_rec = p_rec1 + p_rec1_prev, p_rec + p_rec_prev
                     if not (item and u_items):
                         # A new unit: this line, or a list of lines starting with this item.
                         if held:
@@ -378,10 +400,11 @@ class RecurrenceAnalyzer:
                                 top = max(top, p_top)
                             else:
                                 shadow = score
-                            p_rec1 = p_rec = p_top = p_rec_prev = 0
+                            p_rec1 = p_rec = p_top = p_rec_prev = p_rec1_prev = 0
                         u_items = held = item
                         u_sig = u_nums = u_words = 0
                         u_from = n_seen
+                        m_nums = m_words = m_rec1 = m_rec = 0
             # A run of one token ("-----", "🌰🌰🌰") is one shingle unit, as in BPE.
             if tok == same:
                 continue
@@ -497,7 +520,7 @@ class RecurrenceAnalyzer:
             score = max(score, shadow)
             top = max(top, p_top)
             held = False
-            p_rec1 = p_rec = p_top = p_rec_prev = 0
+            p_rec1 = p_rec = p_top = p_rec_prev = p_rec1_prev = 0
         n = max(0, n_seen - max(seen_before, k - 1))
         if n >= _MIN_SHINGLES:
             if held:
@@ -507,9 +530,11 @@ class RecurrenceAnalyzer:
                 shadow = score
         if held:  # the window counts this block's held copies if the unit is released
             p_rec_prev += p_rec
+            p_rec1_prev += p_rec1
             p_rec1 = p_rec = 0
         self._score = score
-        self._held = (shadow, p_rec_prev)
+        self._held = (shadow, p_rec_prev, p_rec1_prev)
+        self._mark = (m_nums, m_words, m_rec1, m_rec)
         self._unit = (u_items, held, u_sig, u_from, p_rec1, p_rec, p_top, num_at, end_at)
         self._items = (u_nums, u_words)
         self._rolling, self._li, self._rpos, self._seen_tokens = rolling, li, rpos, n_seen

@@ -469,3 +469,46 @@ def test_a_short_unit_loop_fires_on_the_window_by_its_sixth_copy() -> None:
     assert verdict.detector == "recurrence"
     assert "of the last" in verdict.reason
     assert verdict.at_char - len(head) < 6 * len(unit)
+
+
+def _jug_attempt(n: int) -> str:
+    """A numbered attempt: three prose steps written the same way every time, then two
+    items of figures that change from one attempt to the next. The list as a whole is
+    made of numbers (more than half as many as its words) and they are new each time."""
+    a, b = (n * 7) % 13 + 1, (n * 5) % 11 + 1
+    figures = [a, b, a + b, n, 2 * n, b + 7, a + 1, b + 1, 2 * a, 2 * b, n + 3, a + n,
+               b + n, a * b, n * n, a + 2]
+    return (
+        f"Attempt {n}, let me write the steps again:\n"
+        "1. Fill the small jug from the tap and pour all of it into the large jug.\n"
+        "2. Fill the small jug once more and pour until the large jug is completely full.\n"
+        "3. Empty the large jug and pour what is left in the small jug into the large one.\n"
+        f"4. Levels {' '.join(map(str, figures))}.\n"
+        f"5. Totals {' '.join(str(f + n) for f in figures)}.\n"
+    )
+
+
+def test_prose_items_count_in_a_list_whose_numbers_change() -> None:
+    """Prose items written again verbatim count at the end of each item, even inside lists
+    whose numbers are new every time (whose number items add nothing): the rumination
+    fires recurrence within 20 attempts. Dropped whole with their lists, as they were
+    before, they never fire."""
+    text = _reasoning(14)[:3000] + "".join(_jug_attempt(n) for n in range(1, 40))
+    config = DetectorConfig(periodic_copy_chars=0, restatement_enabled=False)
+    verdict = feed_text(text, config=config)
+    assert verdict is not None
+    assert verdict.detector == "recurrence"
+    assert verdict.at_char < 3000 + 20 * len(_jug_attempt(10))
+
+
+def test_number_items_alone_still_add_nothing() -> None:
+    """The same attempts with only their number items (new numbers each time) stay quiet:
+    the per-item rule releases prose items only."""
+    lines = [
+        "".join(line + "\n" for line in _jug_attempt(n).splitlines()
+                if line[:2] not in {"1.", "2.", "3."})
+        for n in range(1, 60)
+    ]
+    config = DetectorConfig()
+    assert max(_scores("".join(lines), config)) < config.recurrence_evidence / 2
+    assert feed_text(_reasoning(14)[:3000] + "".join(lines)) is None
