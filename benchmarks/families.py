@@ -7,7 +7,7 @@ Traces: ``loops.jsonl``, ``healthy.jsonl`` and ``added-healthy.jsonl`` of tests/
 model line as its publisher names it, whatever the size or the fine-tune (Qwen3, QwQ,
 DeepSeek-R1 with its distills, DeepHermes, Nemotron, Grok, Claude, Gemini, ...).
 
-The three thresholds that decide most verdicts are calibrated with the family left out, by
+The four thresholds that decide most verdicts are calibrated with the family left out, by
 the rule the defaults follow:
 
 - ``recurrence_evidence``: 1.43 times the highest accumulated evidence on the healthy traces
@@ -15,14 +15,18 @@ the rule the defaults follow:
 - ``recurrence_threshold`` (the window rule): 1.30 times the highest window score on the
   healthy traces of the other families, at most 1 (the default 0.9 is 1.30 times 0.69);
 - ``restatement_copies``: 3 more than the most copies of one statement within 16,384
-  characters on the healthy traces of the other families (the default 8 is 5 + 3).
+  characters on the healthy traces of the other families (the default 8 is 5 + 3);
+- ``periodic_copy_chars`` (the copy rule of the periodic tail): 1.47 times the longest
+  stretch of thinking that repeats earlier text verbatim, outside code, on the healthy
+  traces of the other families (``benchmarks.verbatim``; the default 600 is 1.47 times 408).
 
 Then the left-out family is scored with those thresholds: its loops caught (all, and
 ``confidence: high``), its healthy traces flagged, and the median detection after the
 labelled onset. The default thresholds are scored the same way, per family. A trace is
 caught at the first of: the recurrence rules (evidence or window), the restatement count,
-and the other text detectors (a replay with those two off). Only the reasoning is scored
-for the two calibrated detectors; the others see the answer too, as in ``replay``.
+the copy rule, and the other text detectors (a replay with those three off). Only the
+reasoning is scored for the calibrated rules; the others see the answer too, as in
+``replay``.
 """
 
 from __future__ import annotations
@@ -34,8 +38,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from benchmarks.verbatim import code_mask, copies_of
 from detectors import DetectorConfig
 from detectors.blocks import Blocker
+from detectors.periodic import PeriodicAnalyzer
 from detectors.recurrence import RecurrenceAnalyzer
 from detectors.replay import replay_record, split_stream
 from detectors.restatement import RestatementAnalyzer
@@ -48,6 +54,8 @@ EVIDENCE_MARGIN = 1.43
 WINDOW_MARGIN = 1.30
 #: The margin of the default copy count over the healthy maximum (8 - 5).
 COPIES_MARGIN = 3
+#: The margin of the default copy rule over the longest healthy verbatim copy (600 / 408).
+COPY_MARGIN = 1.47
 
 #: (substring of the model name, lower-case) -> family, first match wins.
 FAMILIES = (
@@ -83,9 +91,10 @@ class Trace:
     confidence: str | None
     onset: int | None
     # Offsets in the text at each block end of the reasoning, with the recurrence evidence,
-    # the window score, and the most restatement copies so far.
-    blocks: list[tuple[int, float, float, int]]
+    # the window score, the most restatement copies so far and the periodic run's copy.
+    blocks: list[tuple[int, float, float, int, int]]
     other: int | None  # where the other detectors fire (None: they do not)
+    longest: int  # the longest verbatim copy in the reasoning, outside code (healthy only)
 
 
 def _trace(record: dict[str, Any], config: DetectorConfig) -> Trace:
@@ -97,34 +106,48 @@ def _trace(record: dict[str, Any], config: DetectorConfig) -> Trace:
         float("inf"), config.recurrence_code_min_seen,
     )
     res = RestatementAnalyzer(10**9, config.restatement_window_chars)
+    per = PeriodicAnalyzer(10**9, config.periodic_min_span, config.periodic_max_period, 10**9)
     blocks = []
     for block in Blocker().push(text[start:end]) or ():
         rec.analyze(block)
         res.analyze(block)
-        blocks.append((start + block.end, rec.evidence, rec.window_score, res.most))
-    others = DetectorConfig(recurrence_enabled=False, restatement_enabled=False)
+        per.analyze(block)
+        blocks.append((start + block.end, rec.evidence, rec.window_score, res.most, per.copied))
+    others = DetectorConfig(
+        recurrence_enabled=False, restatement_enabled=False, periodic_copy_chars=0
+    )
     other = replay_record(record, others)
     onset = record.get("approx_loop_onset_char_in_text")
+    longest = 0
+    if record["label"] == "healthy":
+        mask = code_mask(text[start:end])
+        longest = max((c.copied for c in copies_of(text[start:end])
+                       if 2 * sum(mask[c.at : c.at + c.copied]) < c.copied), default=0)
     return Trace(
         family(record["model"]), record["label"], record.get("confidence"),
         onset if isinstance(onset, int) else None, blocks,
-        other.at_char if other.detected else None,
+        other.at_char if other.detected else None, longest,
     )
 
 
-def detected_at(trace: Trace, evidence: float, window: float, copies: int) -> int | None:
+Thresholds = tuple[float, float, int, int]
+
+
+def detected_at(trace: Trace, evidence: float, window: float, copies: int, copy: int
+                ) -> int | None:
     """Where the chain with these thresholds fires first (None: it does not)."""
-    for at, score, share, most in trace.blocks:
-        if score >= evidence or share >= window or most >= copies:
+    for at, score, share, most, copied in trace.blocks:
+        if score >= evidence or share >= window or most >= copies or copied >= copy:
             return at if trace.other is None else min(at, trace.other)
     return trace.other
 
 
-def score(traces: list[Trace], evidence: float, window: float, copies: int) -> dict[str, Any]:
+def score(traces: list[Trace], evidence: float, window: float, copies: int, copy: int
+          ) -> dict[str, Any]:
     """Recall, high-confidence recall, false alarms and median delay of ``traces``."""
     loops = [t for t in traces if t.label == "loop"]
     healthy = [t for t in traces if t.label == "healthy"]
-    hits = [(t, detected_at(t, evidence, window, copies)) for t in loops]
+    hits = [(t, detected_at(t, evidence, window, copies, copy)) for t in loops]
     caught = [(t, at) for t, at in hits if at is not None]
     high = [t for t in loops if t.confidence == "high"]
     delays = [at - t.onset for t, at in caught if t.onset is not None]
@@ -135,20 +158,21 @@ def score(traces: list[Trace], evidence: float, window: float, copies: int) -> d
         "high_caught": sum(1 for t, at in hits if t.confidence == "high" and at is not None),
         "healthy": len(healthy),
         "false_alarms": sum(
-            1 for t in healthy if detected_at(t, evidence, window, copies) is not None
+            1 for t in healthy if detected_at(t, evidence, window, copies, copy) is not None
         ),
         "median_delay": statistics.median(delays) if delays else None,
     }
 
 
-def calibrate(traces: list[Trace]) -> tuple[float, float, int]:
-    """The three thresholds, by the defaults' rule, from the healthy ``traces``."""
+def calibrate(traces: list[Trace]) -> Thresholds:
+    """The four thresholds, by the defaults' rule, from the healthy ``traces``."""
     healthy = [t for t in traces if t.label == "healthy"]
-    top_score = max((s for t in healthy for _, s, _, _ in t.blocks), default=0.0)
-    top_share = max((w for t in healthy for _, _, w, _ in t.blocks), default=0.0)
-    top_copies = max((m for t in healthy for _, _, _, m in t.blocks), default=0)
+    top_score = max((b[1] for t in healthy for b in t.blocks), default=0.0)
+    top_share = max((b[2] for t in healthy for b in t.blocks), default=0.0)
+    top_copies = max((b[3] for t in healthy for b in t.blocks), default=0)
+    top_copy = max((t.longest for t in healthy), default=0)
     return (round(top_score * EVIDENCE_MARGIN, 2), round(min(1.0, top_share * WINDOW_MARGIN), 2),
-            top_copies + COPIES_MARGIN)
+            top_copies + COPIES_MARGIN, round(top_copy * COPY_MARGIN))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -162,16 +186,16 @@ def main(argv: list[str] | None = None) -> int:
             traces += [_trace(json.loads(line), config) for line in fh if line.strip()]
     names = sorted({t.family for t in traces})
     defaults = (config.recurrence_evidence, config.recurrence_threshold,
-                config.restatement_copies)
+                config.restatement_copies, config.periodic_copy_chars)
     rows = []
     for name in names:
         rest = [t for t in traces if t.family != name]
         own = [t for t in traces if t.family == name]
-        evidence, window, copies = calibrate(rest)
+        evidence, window, copies, copy = calibrate(rest)
         rows.append({
             "family": name,
             "left_out": {"evidence": evidence, "window": window, "copies": copies,
-                         **score(own, evidence, window, copies)},
+                         "copy": copy, **score(own, evidence, window, copies, copy)},
             "default": score(own, *defaults),
         })
     pooled = score(traces, *defaults)
@@ -183,18 +207,19 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps({"families": rows, "pooled_default": pooled,
                           "calibrated_on_all": on_all}, indent=1))
         return 0
-    print(f"calibrated on all families: evidence, window, copies {on_all} (defaults "
+    print(f"calibrated on all families: evidence, window, copies, copy {on_all} (defaults "
           f"{defaults})")
-    print("| family | loops (high) | healthy | left out: evidence, window, copies | caught | "
-          "high caught | false alarms | median delay | default: caught | high | false alarms |")
+    print("| family | loops (high) | healthy | left out: evidence, window, copies, copy | "
+          "caught | high caught | false alarms | median delay | default: caught | high | "
+          "false alarms | median delay |")
     print("|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         lo, d = r["left_out"], r["default"]
         print(f"| {r['family']} | {lo['loops']} ({lo['high']}) | {lo['healthy']} | "
-              f"{lo['evidence']}, {lo['window']}, {lo['copies']} | {lo['caught']} | "
-              f"{lo['high_caught']} | "
+              f"{lo['evidence']}, {lo['window']}, {lo['copies']}, {lo['copy']} | "
+              f"{lo['caught']} | {lo['high_caught']} | "
               f"{lo['false_alarms']} | {lo['median_delay']} | {d['caught']} | "
-              f"{d['high_caught']} | {d['false_alarms']} |")
+              f"{d['high_caught']} | {d['false_alarms']} | {d['median_delay']} |")
     lo = worst_recall["left_out"]
     print(f"worst family recall (left out): {worst_recall['family']} "
           f"{lo['caught']}/{lo['loops']}; most false alarms (left out): {worst_fa['family']} "
