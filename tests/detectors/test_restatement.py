@@ -2,14 +2,24 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from detector_helpers import feed_pieces, feed_text, key, load
 from enumeration import inline, listed
+from hypothesis import given
+from hypothesis import strategies as st
 
 from detectors import DetectorConfig
 from detectors.blocks import Blocker
 from detectors.replay import split_stream
-from detectors.restatement import RestatementAnalyzer
+from detectors.restatement import (
+    _ASCII_WORDS,
+    _ASCII_WORDS_WITH_DIGITS,
+    MIN_WORDS,
+    MIN_WORDS_WITH_DIGITS,
+    RestatementAnalyzer,
+)
 from detectors.tokenize import split_deltas
 
 FORMULA = "P = (R_planet / R_star) * (1 / (orbital period)) * (some factor)"
@@ -159,3 +169,12 @@ def test_a_real_restated_conclusion_fires() -> None:
     assert verdict.detector == "restatement"
     assert verdict.evidence.count == 8
     assert verdict.evidence.excerpt == "Therefore, the answer is B."
+
+
+@given(st.text(alphabet="ab Z1.-_\t", max_size=60))
+def test_the_word_patterns_count_like_the_words_themselves(line: str) -> None:
+    """The early-stopping patterns say a line holds 3 (or 5) words exactly when it holds
+    that many runs of two letters or more."""
+    words = len(re.findall(r"[A-Za-z]{2,}", line))
+    assert bool(_ASCII_WORDS.match(line)) == (words >= MIN_WORDS)
+    assert bool(_ASCII_WORDS_WITH_DIGITS.match(line)) == (words >= MIN_WORDS_WITH_DIGITS)
