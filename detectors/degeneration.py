@@ -60,6 +60,7 @@ class DegenerationAnalyzer:
         "_last_symbol",
         "_min_script",
         "_mix",
+        "_other",
         "_salad",
         "_salad_max",
         "_scripts",
@@ -81,6 +82,8 @@ class DegenerationAnalyzer:
         # The window's counts, ``len(_NAMES)`` per block, oldest block first.
         self._scripts = array("I")
         self._totals = [0] * len(_NAMES)
+        # Words of other writing systems than Latin in the window (most windows: none).
+        self._other = 0
 
     def analyze(self, block: Block) -> Finding | None:
         """Update the runs and the script window with the block; report the first signal."""
@@ -91,6 +94,7 @@ class DegenerationAnalyzer:
         symbol_max = self._symbol_max
         counts = [0] * len(_NAMES)
         latin = 0  # most words: a local count, added to ``counts`` after the loop
+        other = 0  # words of other writing systems than Latin
         fired = ""
         for tok in block.toks:
             c0 = tok[0]
@@ -103,6 +107,7 @@ class DegenerationAnalyzer:
                     s = _script(c0)
                     if s >= 0:
                         counts[s] += 1
+                        other += s > 0
                 if salad >= salad_max:
                     fired = "salad"
                     break
@@ -130,19 +135,28 @@ class DegenerationAnalyzer:
                 f"{symbol} different symbols in a row with no word between them",
                 Evidence(excerpt(block.text), 0, symbol),
             )
-        return self._script_soup(counts, block)
+        return self._script_soup(counts, other, block)
 
-    def _script_soup(self, counts: list[int], block: Block) -> Finding | None:
+    def _script_soup(self, counts: list[int], other: int, block: Block) -> Finding | None:
         totals = self._totals
         window = self._scripts
         window.extend(counts)
+        width = len(_NAMES)
+        if not (other or self._other) and self._mix > 1:
+            # Latin alone in the window (most blocks): only its count moves, and one
+            # writing system is no mix.
+            totals[0] += counts[0]
+            if len(window) > _SCRIPT_WINDOW * width:
+                totals[0] -= window[0]
+                del window[:width]
+            return None
         for i, c in enumerate(counts):
             totals[i] += c
-        width = len(_NAMES)
         if len(window) > _SCRIPT_WINDOW * width:
             for i in range(width):
                 totals[i] -= window[i]
             del window[:width]
+        self._other = sum(totals) - totals[0]
         present = [_NAMES[i] for i, c in enumerate(totals) if c >= self._min_script]
         if len(present) < self._mix:
             return None

@@ -60,3 +60,18 @@ def test_a_block_older_than_the_window_is_forgotten() -> None:
         _block_text(CYRILLIC), _block_text(HANGUL), _block_text(ARABIC), _block_text(CYRILLIC))
     found = _soup_at(pieces)
     assert [i for i, _ in found] == [9]
+
+
+def test_scripts_count_after_a_latin_only_stretch_and_leave_again() -> None:
+    """After 20 blocks of Latin alone (where only the Latin count is kept), three other
+    systems within eight blocks fire at the third; once they have all left the window (ten
+    Latin blocks later) they count afresh, and fire again when all three are back."""
+    pieces = [_block_text() for _ in range(50)]
+    for at, words in ((20, CYRILLIC), (24, HANGUL), (27, ARABIC),
+                      (38, CYRILLIC), (41, HANGUL), (45, ARABIC)):
+        pieces[at] = _block_text(words)
+    found = [i for i, _ in _soup_at(pieces)]
+    assert found[0] == 27
+    assert 38 not in found
+    assert 45 in found
+    assert all(i <= 28 or i >= 45 for i in found)
