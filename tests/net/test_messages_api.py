@@ -106,7 +106,7 @@ async def test_a_non_streaming_loop_gets_the_answer_and_headers(
     assert [b.type for b in message.content] == ["thinking", "text"]
     assert message.content[0].signature.startswith(MARK_PREFIX)  # type: ignore[union-attr]
     assert text_of(message).strip() == ANSWER
-    assert message.usage.output_tokens > 200
+    assert message.usage.output_tokens > 100  # the cut attempt (~160 tokens) and the answer
     assert await idle(stack)
 
 

@@ -109,7 +109,7 @@ async def test_a_non_streaming_loop_gets_the_answer_and_headers(
         ("reasoning", None), ("message", "completed")]
     assert response.output_text.strip() == ANSWER
     assert response.usage is not None
-    assert response.usage.output_tokens > 200
+    assert response.usage.output_tokens > 100  # the cut attempt (~160) and the answer
     assert await idle(stack)
 
 
