@@ -38,6 +38,7 @@ import aiohttp
 import orjson
 from aiohttp import web
 
+from sidecar.config import Config
 from sidecar.net.upstream import UpstreamPool
 
 _DROP = frozenset({"host", "content-length", "transfer-encoding", "connection",
@@ -97,7 +98,7 @@ async def relay_parsed(read: Callable[[], Awaitable[bytes]],
 def make_lean_app(upstream: str) -> web.Application:
     """The ``parsing-lean`` floor: ``parsing`` on the sidecar's watched-request client."""
     app = web.Application()
-    pool = UpstreamPool(upstream, 10.0)
+    pool = UpstreamPool(upstream, 10.0, Config().upstream_keepalive_seconds)
 
     async def close(_app: web.Application) -> None:
         pool.close()

@@ -18,6 +18,7 @@ Every error is a :class:`~sidecar.errors.ConfigError` whose message names the ke
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import re
 import tomllib
@@ -154,6 +155,10 @@ class Config:
     drain_timeout_seconds: float = 30.0  # SIGTERM: how long in-flight streams may finish
     upstream_connect_timeout_seconds: float = 10.0
     upstream_read_timeout_seconds: float = 300.0  # max silence between upstream bytes (0: none)
+    # How long an idle upstream connection is kept for the next request (0: not kept). It
+    # must stay below the upstream's own idle timeout (uvicorn, hence vLLM and SGLang: 5 s),
+    # or a request may be written on a connection the upstream is closing.
+    upstream_keepalive_seconds: float = 4.0
     max_body_bytes: int = 32 * 1024 * 1024  # larger client request bodies get a 413
     # A client connection must deliver a complete request head within this many seconds
     # of connecting (or of its previous response), else it is closed: this bounds
@@ -220,6 +225,8 @@ def validate(cfg: Config) -> None:
     for key in ("client_header_timeout_seconds", "client_body_timeout_seconds"):
         if not getattr(cfg, key) > 0:
             raise ConfigError(f"key '{key}': must be positive")
+    if not 0 <= cfg.upstream_keepalive_seconds < math.inf:
+        raise ConfigError("key 'upstream_keepalive_seconds': must be 0 or more, and finite")
     ladders = [cfg.reissue.ladder, *(d.ladder for d in cfg.reissue.dialect_ladders)]
     for step in (s for ladder in ladders for s in ladder):
         if step not in ("no-think", "salvage") and not (

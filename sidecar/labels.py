@@ -28,6 +28,7 @@ __all__ = [
     "Route",
     "Thinking",
     "UpstreamErrorKind",
+    "UpstreamPoolName",
     "WatchMode",
     "WatchedRoute",
 ]
@@ -87,6 +88,11 @@ UpstreamErrorKind = Literal["connect", "timeout", "reset", "status_5xx", "protoc
 """``connect``: refused or unreachable; ``timeout``: connect or read timeout; ``reset``:
 connection closed early, before or during the body; ``status_5xx``: the upstream answered
 5xx; ``protocol``: invalid SSE or JSON from the upstream."""
+
+UpstreamPoolName = Literal["watched", "passthrough"]
+"""Which of the sidecar's two upstream clients (the ``pool`` label): ``watched`` is the
+watched routes' own pool (``sidecar.net.upstream``), ``passthrough`` aiohttp's client for
+every other route."""
 
 ReloadResult = Literal["ok", "error"]
 """Whether a SIGHUP reload took effect."""

@@ -63,6 +63,8 @@ def test_tables_of_rules(tmp_path: Path) -> None:
         ('[reissue]\nladder = ["jump"]', "reissue.ladder"),
         ('[[models]]\nmatch = "("', "models[0].match"),
         ("[[models]]\nmode = \"off\"", "models[0].match"),
+        ("upstream_keepalive_seconds = -1", "upstream_keepalive_seconds"),
+        ("upstream_keepalive_seconds = nan", "upstream_keepalive_seconds"),
     ],
 )
 def test_errors_name_the_key(tmp_path: Path, text: str, key: str) -> None:

@@ -103,7 +103,10 @@ class Proxy:
         self._session: aiohttp.ClientSession | None = None
         # Watched requests: their own connections and HTTP/1.1 reader (``sidecar.net.upstream``)
         # and their own read timeout (``_attempt``).
-        self._upstream = UpstreamPool(self._base, self.config.upstream_connect_timeout_seconds)
+        self._upstream = UpstreamPool(
+            self._base, self.config.upstream_connect_timeout_seconds,
+            self.config.upstream_keepalive_seconds,
+            on_retry=lambda: metrics.upstream_retry("watched"))
         self.draining = False
 
     # -- lifecycle -------------------------------------------------------------------

@@ -10,6 +10,15 @@ another, and closes it otherwise. :meth:`UpstreamResponse.close` closes it at on
 is how a stream is cut: the upstream sees the disconnect and aborts the request (vLLM
 frees its KV cache).
 
+Keep-alive: an idle connection is reused for at most ``keepalive`` seconds, and a timer
+closes it then, whether or not the pool is used again (an idle node holds no upstream
+connection for longer). The upstream may close an idle connection at any moment, also
+while a request is being written on it (uvicorn closes its idle connections after 5 s,
+which is why ``keepalive`` defaults below that). When a reused connection closes before
+any byte of the response arrived, the upstream never read the request: ``post`` sends it
+once more, on a new connection, and calls ``on_retry``. A connection that was new, or one
+that closes after the response began, is never retried.
+
 Errors: :class:`~sidecar.errors.UpstreamTimeoutError` when the connect timeout passes, and,
 mapped by ``sidecar.errors.map_upstream_exception``: ``OSError`` from connecting or from
 the socket, :class:`~sidecar.codecs.http1.Truncated` when the connection closed before the head
@@ -24,7 +33,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import ssl
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from types import TracebackType
 from typing import cast
 
@@ -36,9 +45,9 @@ from sidecar.errors import UpstreamTimeoutError
 
 #: Unread bytes at which a connection stops reading its socket.
 HIGH_WATER = 256 * 1024
-#: Seconds an idle connection is kept for the next request (aiohttp's default too). The
-#: upstream may close it sooner (uvicorn after 5 s): such a connection is dropped when met.
-KEEPALIVE_SECONDS = 15.0
+#: The idle timer closes connections this close to their end of keep-alive as well: timers
+#: (uvloop's count milliseconds) may fire a little early, and must not fire again at once.
+_TIMER_SLACK = 0.005
 
 
 class _Connection(asyncio.Protocol):
@@ -199,9 +208,12 @@ class UpstreamResponse:
 
 class UpstreamPool:
     """Keep-alive HTTP/1.1 connections to the upstream at ``base`` (``http://`` or
-    ``https://``, with an optional path prefix)."""
+    ``https://``, with an optional path prefix). An idle connection is kept ``keepalive``
+    seconds (0: none is kept); ``on_retry`` is called for each request sent again because
+    its reused connection closed unanswered (see the module docstring)."""
 
-    def __init__(self, base: str, connect_timeout: float | None) -> None:
+    def __init__(self, base: str, connect_timeout: float | None, keepalive: float,
+                 on_retry: Callable[[], None] = lambda: None) -> None:
         url = URL(base)
         assert url.host is not None, base
         self._host = url.host
@@ -210,24 +222,52 @@ class UpstreamPool:
         self._prefix = url.path.rstrip("/")
         self._ssl = ssl.create_default_context() if url.scheme == "https" else None
         self._connect_timeout = connect_timeout
+        self._keepalive = keepalive
+        self._on_retry = on_retry
+        # Oldest first: ``put`` appends, ``_take`` pops the newest, the timer closes the oldest.
         self._idle: collections.deque[_Connection] = collections.deque()
+        self._timer: asyncio.TimerHandle | None = None
+
+    @property
+    def idle(self) -> int:
+        """Idle connections held (some may have been closed by the upstream meanwhile)."""
+        return len(self._idle)
 
     def put(self, conn: _Connection) -> None:
-        """Keep ``conn`` for the next request (the newest is used first); the oldest idle
-        connections that can no longer be used are closed on the way."""
-        now = asyncio.get_running_loop().time()
+        """Keep ``conn`` for the next request (the newest is used first), and arm the timer
+        that closes it after ``keepalive`` seconds unless a request takes it first."""
+        if self._keepalive <= 0:
+            conn.close()
+            return
+        loop = asyncio.get_running_loop()
+        conn.idle_since = loop.time()
+        self._idle.append(conn)
+        if self._timer is None:
+            self._timer = loop.call_at(conn.idle_since + self._keepalive, self._expire)
+
+    def _expire(self) -> None:
+        """The idle timer: close the connections idle for ``keepalive`` (and any closed
+        ones met on the way), then wait for the next one to expire."""
+        self._timer = None
+        loop = asyncio.get_running_loop()
+        now = loop.time() + _TIMER_SLACK
         idle = self._idle
-        while idle and not _usable(idle[0], now):
+        while idle and not self._usable(idle[0], now):
             idle.popleft().close()
-        conn.idle_since = now
-        idle.append(conn)
+        if idle:
+            self._timer = loop.call_at(idle[0].idle_since + self._keepalive, self._expire)
+
+    def _usable(self, conn: _Connection, now: float) -> bool:
+        """Whether the idle ``conn`` may carry the next request: open, quiet while idle,
+        and idle for less than ``keepalive``."""
+        return conn.reusable and now - conn.idle_since < self._keepalive
 
     def _take(self) -> _Connection | None:
         now = asyncio.get_running_loop().time()
         idle = self._idle
         while idle:
             conn = idle.pop()
-            if _usable(conn, now):
+            if self._usable(conn, now):
                 return conn
             conn.close()
         return None
@@ -248,10 +288,24 @@ class UpstreamPool:
                    body: bytes) -> UpstreamResponse:
         """Send ``POST path`` with ``body`` and wait for the response head; see the module
         docstring. ``headers`` must not carry ``Host`` or ``Content-Length``."""
-        conn = self._take() or await self._connect()
+        head_bytes = request_head("POST", self._prefix + path, self._authority, headers,
+                                  len(body))
+        conn = self._take()
+        if conn is not None:
+            try:
+                return await self._send(conn, head_bytes, body)
+            except _Unanswered:
+                pass  # the upstream closed it idle: it never read the request
+            self._on_retry()
         try:
-            head_bytes = request_head("POST", self._prefix + path, self._authority, headers,
-                                      len(body))
+            return await self._send(await self._connect(), head_bytes, body)
+        except _Unanswered as exc:
+            raise Truncated(str(exc)) from None
+
+    async def _send(self, conn: _Connection, head_bytes: bytes,
+                    body: bytes) -> UpstreamResponse:
+        """Write the request on ``conn`` and wait for the response head."""
+        try:
             assert conn.transport is not None
             conn.transport.writelines((head_bytes, body))
             reader = ResponseReader()
@@ -263,23 +317,30 @@ class UpstreamPool:
         return UpstreamResponse(self, conn, reader, head, pending)
 
     def close(self) -> None:
-        """Close every idle connection (at shutdown)."""
+        """Close every idle connection and stop the idle timer (at shutdown)."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
         while self._idle:
             self._idle.pop().close()
 
 
-def _usable(conn: _Connection, now: float) -> bool:
-    """Whether the idle ``conn`` may carry the next request: open, quiet while idle, and
-    idle for at most :data:`KEEPALIVE_SECONDS`."""
-    return conn.reusable and now - conn.idle_since <= KEEPALIVE_SECONDS
+class _Unanswered(Truncated):
+    """The connection closed before any byte of the response arrived."""
 
 
 async def _head(conn: _Connection, reader: ResponseReader) -> ResponseHead:
-    """Read from ``conn`` until ``reader`` has the response head."""
+    """Read from ``conn`` until ``reader`` has the response head. Raises
+    :class:`_Unanswered` when the connection closes before any byte, and
+    :class:`~sidecar.codecs.http1.Truncated` when it closes in the middle of the head."""
+    answered = False
     while True:
         data = await conn.read()
         if not data:
+            if not answered:
+                raise _Unanswered("upstream closed the connection before answering")
             raise Truncated("upstream closed the connection before answering")
+        answered = True
         head = reader.head(data)
         if head is not None:
             return head

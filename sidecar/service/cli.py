@@ -59,6 +59,9 @@ def _add_option_flags(parser: argparse.ArgumentParser) -> None:
         "mode": "enforce (cut and reissue, default), cut, shadow (detect only) or off",
         "log_format": "json (default, for journald) or console",
         "workers": "processes sharing the listen port (SO_REUSEPORT)",
+        "upstream_keepalive_seconds": "seconds an idle upstream connection is kept for the "
+                                      "next request, then closed (default 4: below the 5 s "
+                                      "after which vLLM's uvicorn closes it; 0: none kept)",
     }
     group = parser.add_argument_group("options (also settable in the config file)")
     for key, tp in option_keys():

@@ -7,7 +7,7 @@ prometheus_client.
 
 Label sets are bounded by construction:
 
-- ``route``, ``outcome``, ``kind``, ``step``, ``channel``, ``mode`` and ``result`` are
+- ``route``, ``outcome``, ``kind``, ``pool``, ``step``, ``channel``, ``mode`` and ``result`` are
   closed :data:`~typing.Literal` enums, checked by mypy at the call site.
 - ``model`` goes through :class:`LabelCap` with the configured ``model_allowlist``:
   an exact name is kept, anything else becomes ``other``. The entry ``"*"`` admits any
@@ -51,6 +51,7 @@ from sidecar.labels import (
     ReloadResult,
     Route,
     UpstreamErrorKind,
+    UpstreamPoolName,
     WatchedRoute,
     WatchMode,
 )
@@ -250,6 +251,13 @@ class Metrics:
             TOKEN_BUCKETS,
         )
         self._upstream_errors = counter("upstream_errors", "Upstream failures, by kind.", ("kind",))
+        self._upstream_retries = counter(
+            "upstream_retries",
+            "Requests sent again on a new upstream connection because the reused keep-alive "
+            "connection they were written on closed before any response byte (the upstream "
+            "had closed it idle and never read them), by upstream pool.",
+            ("pool",),
+        )
         self._disconnects = counter(
             "client_disconnects", "Clients that went away before the response ended.", ("route",)
         )
@@ -288,6 +296,8 @@ class Metrics:
         # event: a series born at 1 has no earlier sample to increase from.
         for kind in get_args(UpstreamErrorKind):
             self._upstream_errors.labels(kind=kind)
+        for pool in get_args(UpstreamPoolName):
+            self._upstream_retries.labels(pool=pool)
         for result in get_args(ReloadResult):
             self._reloads.labels(result=result)
         for route in get_args(Route):
@@ -367,6 +377,10 @@ class Metrics:
     def upstream_error(self, kind: UpstreamErrorKind) -> None:
         """Once per failed upstream exchange (original or reissue)."""
         self._upstream_errors.labels(kind=kind).inc()
+
+    def upstream_retry(self, pool: UpstreamPoolName) -> None:
+        """Once per request sent again because its reused connection closed unanswered."""
+        self._upstream_retries.labels(pool=pool).inc()
 
     def stream_started(self) -> None:
         """When a watched request starts streaming from the upstream."""

@@ -40,7 +40,8 @@ log = structlog.get_logger("runaway_sidecar")
 # aiohttp's default accept backlog (128) overflows when hundreds of clients connect at
 # once, and the kernel then resets some of them; the kernel caps this at somaxconn.
 _LISTEN_BACKLOG = 4096
-_RESTART_ONLY = ("upstream", "listen", "metrics_listen", "workers", "dialect")
+_RESTART_ONLY = ("upstream", "listen", "metrics_listen", "workers", "dialect",
+                 "upstream_keepalive_seconds")
 
 
 def debug_policy_handler(proxy: Proxy) -> Handler:

@@ -78,8 +78,9 @@ async def pool() -> AsyncIterator[list[UpstreamPool]]:
         p.close()
 
 
-def new_pool(made: list[UpstreamPool], url: str, timeout: float | None = 5.0) -> UpstreamPool:
-    p = UpstreamPool(url, timeout)
+def new_pool(made: list[UpstreamPool], url: str, timeout: float | None = 5.0,
+             keepalive: float = 4.0) -> UpstreamPool:
+    p = UpstreamPool(url, timeout, keepalive)
     made.append(p)
     return p
 
@@ -245,7 +246,7 @@ async def test_connect_timeout() -> None:
                 f.setblocking(False)
                 with contextlib.suppress(BlockingIOError):
                     f.connect(("127.0.0.1", port))
-            p = UpstreamPool(f"http://127.0.0.1:{port}", 0.3)
+            p = UpstreamPool(f"http://127.0.0.1:{port}", 0.3, 4.0)
             with pytest.raises(UpstreamTimeoutError, match=r"connect timed out after 0\.3 s"):
                 await p.post("/v1/chat/completions", [], b"{}")
         finally:

@@ -104,6 +104,7 @@ def test_other_counters_and_gauge() -> None:
     m.upstream_error("connect")
     m.upstream_error("connect")
     m.upstream_error("timeout")
+    m.upstream_retry("watched")
     m.client_disconnect("chat")
     m.policy_decision("no-thinking-for-batch")
     m.reload("ok")
@@ -114,6 +115,8 @@ def test_other_counters_and_gauge() -> None:
     assert value(r, "active_streams") == 2
     assert value(r, "upstream_errors_total", kind="connect") == 2
     assert value(r, "upstream_errors_total", kind="timeout") == 1
+    assert value(r, "upstream_retries_total", pool="watched") == 1
+    assert value(r, "upstream_retries_total", pool="passthrough") == 0
     assert value(r, "client_disconnects_total", route="chat") == 1
     assert value(r, "policy_decisions_total", rule="no-thinking-for-batch") == 1
     assert value(r, "config_reloads_total", result="ok") == 1
@@ -130,6 +133,8 @@ def test_known_label_values_start_at_zero() -> None:
         assert value(r, "upstream_errors_total", kind=kind) == 0
     for result in ["ok", "error"]:
         assert value(r, "config_reloads_total", result=result) == 0
+    for pool in ["watched", "passthrough"]:
+        assert value(r, "upstream_retries_total", pool=pool) == 0
     for route in ["chat", "completions", "passthrough"]:
         assert value(r, "client_disconnects_total", route=route) == 0
     assert value(r, "ladder_exhausted_total", model="m1") == 0
@@ -213,7 +218,8 @@ def test_names_follow_prometheus_conventions() -> None:
     families = list(text_string_to_metric_families(body.decode()))
     assert len(families) >= 17
     forbidden = {"request_id", "id", "prompt", "text", "path", "user"}
-    allowed = {"route", "outcome", "model", "detector", "channel", "mode", "step", "kind"}
+    allowed = {"route", "outcome", "model", "detector", "channel", "mode", "step", "kind",
+               "pool"}
     allowed |= {"rule", "result", "version", "le"}
     for fam in families:
         assert fam.name.startswith(P), fam.name
