@@ -26,10 +26,12 @@ that block the same way.
 from __future__ import annotations
 
 import asyncio
+import errno
 import math
 import time
 import uuid
 from collections.abc import AsyncIterator
+from types import SimpleNamespace
 from typing import Any
 
 import aiohttp
@@ -73,6 +75,11 @@ _STALL_GRANULARITY = 1.0  # seconds; the stall deadline is pushed back at most t
 #: Runaway-memory keys of the marks of cut reasoning (``Splicer.marks``), apart from the
 #: prompt fingerprints.
 CUT_PREFIX = "cut:"
+#: Pass-through request bodies of a known length up to this size are read whole before they
+#: are sent, so that one can be sent again when its reused upstream connection closed before
+#: answering. Larger bodies, and bodies of unknown length, are streamed as they arrive and
+#: never sent twice.
+PASSTHROUGH_RESEND_BYTES = 1024 * 1024
 
 
 class _InternalError(UpstreamError):
@@ -101,6 +108,7 @@ class Proxy:
         self.policy = Policy(rules_of(config.policy.rules, config.policy.presets))
         self._base = config.upstream.rstrip("/")
         self._session: aiohttp.ClientSession | None = None
+        self._fresh: aiohttp.ClientSession | None = None  # new connections only, for resends
         # Watched requests: their own connections and HTTP/1.1 reader (``sidecar.net.upstream``)
         # and their own read timeout (``_attempt``).
         self._upstream = UpstreamPool(
@@ -112,19 +120,18 @@ class Proxy:
     # -- lifecycle -------------------------------------------------------------------
 
     async def start(self) -> None:
-        """Open the pass-through routes' upstream pool (aiohttp's; one per process). The
-        watched requests' pool (``sidecar.net.upstream``) opens connections as it needs them."""
+        """Open the pass-through routes' upstream pool (aiohttp's; one per process), which
+        keeps idle connections ``upstream_keepalive_seconds`` (its timer closes them), and a
+        second client whose connections are never reused, for resends. The watched
+        requests' pool (``sidecar.net.upstream``) opens connections as it needs them."""
         cfg = self.config
-        self._session = aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(limit=0, enable_cleanup_closed=True),
-            timeout=aiohttp.ClientTimeout(
-                total=None,
-                connect=cfg.upstream_connect_timeout_seconds,
-                sock_read=cfg.upstream_read_timeout_seconds,
-            ),
-            auto_decompress=False,
-            skip_auto_headers=("User-Agent", "Accept-Encoding", "Content-Type"),
-        )
+        keepalive = cfg.upstream_keepalive_seconds
+        reuse = aiohttp.TraceConfig()
+        reuse.on_connection_reuseconn.append(_note_reuse)
+        self._session = _client(cfg, aiohttp.TCPConnector(
+            limit=0, enable_cleanup_closed=True, keepalive_timeout=keepalive,
+        ) if keepalive > 0 else aiohttp.TCPConnector(limit=0, force_close=True), [reuse])
+        self._fresh = _client(cfg, aiohttp.TCPConnector(limit=0, force_close=True), [])
         if cfg.dialect == "auto":
             await self._detect_dialect()
 
@@ -133,8 +140,8 @@ class Proxy:
         answers: dict[str, ProbeAnswer] = {}
         for path in PROBES:
             try:
-                async with self.session.get(
-                    self._base + path, timeout=aiohttp.ClientTimeout(total=2)
+                async with await self._request(
+                    "GET", self._base + path, timeout=aiohttp.ClientTimeout(total=2)
                 ) as resp:
                     answers[path] = ProbeAnswer(resp.status, resp.headers.get("Server", ""),
                                                 await resp.content.read(64 * 1024))
@@ -149,8 +156,9 @@ class Proxy:
 
     async def close(self) -> None:
         """Close the upstream pools and the fleet memory's Redis pool."""
-        if self._session is not None:
-            await self._session.close()
+        for session in (self._session, self._fresh):
+            if session is not None:
+                await session.close()
         self._upstream.close()
         await self.fleet.close()
 
@@ -174,34 +182,63 @@ class Proxy:
     async def upstream_ready(self) -> bool:
         """Readiness: the upstream answered ``GET /health`` with a 2xx."""
         try:
-            async with self.session.get(
-                self._base + self.dialect.health_path, timeout=aiohttp.ClientTimeout(total=2)
+            async with await self._request(
+                "GET", self._base + self.dialect.health_path,
+                timeout=aiohttp.ClientTimeout(total=2),
             ) as resp:
                 return 200 <= resp.status < 300
         except (TimeoutError, aiohttp.ClientError, OSError):
             return False
+
+    async def _request(self, method: str, url: str | URL, *, data: Any = None,
+                       resendable: bool = True, **kwargs: Any) -> aiohttp.ClientResponse:
+        """Send a request on the pass-through pool and return its response, whose head has
+        arrived (use it as an async context manager). When the request went out on a reused
+        connection that closed before any response byte, the upstream had closed it idle
+        and never read the request: a ``resendable`` request (its body is held whole, or it
+        has none) is then sent once more, on a new connection, and counted. A request whose
+        body was streamed is never sent twice."""
+        reused = _Reused()
+        try:
+            return await self.session.request(method, url, data=data, allow_redirects=False,
+                                              trace_request_ctx=reused, **kwargs)
+        except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError,
+                aiohttp.ClientConnectionResetError) as exc:
+            if not (resendable and reused.reused and _unanswered(exc)):
+                raise
+        self.metrics.upstream_retry("passthrough")
+        assert self._fresh is not None
+        return await self._fresh.request(method, url, data=data, allow_redirects=False,
+                                         **kwargs)
 
     # -- pass-through ----------------------------------------------------------------
 
     async def passthrough(self, request: web.Request,
                           body: bytes | None = None) -> web.StreamResponse:
         """Relay any request as-is; ``body`` replaces the request stream when the watched
-        handler already read it."""
+        handler already read it. A body of a known length up to
+        :data:`PASSTHROUGH_RESEND_BYTES` is read whole first, so that the request can be
+        sent again (see :meth:`_request`); any other is streamed as it arrives."""
         started = time.monotonic()
         if not request.raw_path.startswith("/"):
             return _json_error(None, 400, "request target must be a path", "BadRequestError")
         data: Any = body
         timed: _TimedBody | None = None
-        if body is None and request.body_exists:
-            timed = _TimedBody(request, self.config.client_body_timeout_seconds)
-            data = timed.chunks()
         resp: web.StreamResponse | None = None
         status: int | None = None
         outcome: Outcome = "ok"
         sent = 0
         try:
-            async with self.session.request(
-                request.method, self._url(request), data=data, allow_redirects=False,
+            if body is None and request.body_exists:
+                length = request.content_length
+                if length is not None and length <= PASSTHROUGH_RESEND_BYTES:
+                    data = b"".join([chunk async for chunk in _timed_body(
+                        request, self.config.client_body_timeout_seconds)])
+                else:
+                    timed = _TimedBody(request, self.config.client_body_timeout_seconds)
+                    data = timed.chunks()
+            async with await self._request(
+                request.method, self._url(request), data=data, resendable=timed is None,
                 headers=forward_headers(request.headers),
             ) as up:
                 status = up.status
@@ -220,6 +257,9 @@ class Proxy:
             outcome = "client_disconnect"
             self.metrics.client_disconnect("passthrough")
             raise
+        except ClientBodyTimeout:
+            outcome = "rejected"  # the client's body stalled, not the upstream
+            return _body_timeout_response(api_for_path(request.path))
         except (TimeoutError, aiohttp.ClientError, OSError) as exc:
             if resp is not None and _reset_by_client(exc, request):
                 outcome = "client_disconnect"
@@ -628,6 +668,56 @@ class Proxy:
 
 
 _RESETS = (ConnectionResetError, aiohttp.ClientConnectionResetError)
+
+
+class _Reused:
+    """Whether a pass-through request went out on a reused connection (set by the trace
+    callback :func:`_note_reuse`)."""
+
+    __slots__ = ("reused",)
+
+    def __init__(self) -> None:
+        self.reused = False
+
+
+async def _note_reuse(_session: aiohttp.ClientSession, ctx: SimpleNamespace,
+                      _params: aiohttp.TraceConnectionReuseconnParams) -> None:
+    if isinstance(ctx.trace_request_ctx, _Reused):
+        ctx.trace_request_ctx.reused = True
+
+
+def _unanswered(exc: BaseException) -> bool:
+    """Whether ``exc``, raised before the response head, says the connection closed before
+    any byte of a response: aiohttp's ``ServerDisconnectedError`` carries what it had parsed
+    of a response, and only a text when it had none; a reset comes before any response."""
+    if isinstance(exc, aiohttp.ServerDisconnectedError):
+        return isinstance(exc.message, str)
+    if isinstance(exc, aiohttp.ClientConnectionResetError):
+        return True
+    return isinstance(exc, aiohttp.ClientOSError) and exc.errno in (errno.ECONNRESET,
+                                                                    errno.EPIPE)
+
+
+def _client(cfg: Config, connector: aiohttp.TCPConnector,
+            traces: list[aiohttp.TraceConfig]) -> aiohttp.ClientSession:
+    """An upstream client for pass-through routes, with the configured timeouts."""
+    session = aiohttp.ClientSession(
+        connector=connector,
+        timeout=aiohttp.ClientTimeout(
+            total=None,
+            connect=cfg.upstream_connect_timeout_seconds,
+            sock_read=cfg.upstream_read_timeout_seconds,
+        ),
+        auto_decompress=False,
+        skip_auto_headers=("User-Agent", "Accept-Encoding", "Content-Type"),
+        trace_configs=traces,
+    )
+    # aiohttp resends an idempotent request once when its connection closes before the
+    # response, whatever the connection, the body or the bytes received; ``_request``
+    # resends by its own rule (any method, reused connection, nothing received, body held)
+    # and counts it, so aiohttp's is switched off: a request goes out at most twice.
+    session._retry_connection = False
+    return session
 
 
 def _reset_by_client(exc: BaseException, request: web.Request) -> bool:

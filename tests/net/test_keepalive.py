@@ -5,15 +5,19 @@ connection that the upstream closes instead of answering is sent once more on a 
 from __future__ import annotations
 
 import asyncio
+import io
 import time
 from collections.abc import AsyncIterator, Callable
 from typing import Literal
 
+import aiohttp
 import orjson
 import pytest
 
 from sidecar.codecs.http1 import Truncated
+from sidecar.net.proxy import PASSTHROUGH_RESEND_BYTES
 from sidecar.net.upstream import UpstreamPool
+from tests.reliability.harness import start_sidecar
 
 Ending = Literal["fin", "reset", "partial"]
 
@@ -224,3 +228,109 @@ async def test_pool_keeps_nothing_with_keepalive_zero(upstreams: Callable[..., o
             await resp.read()
         await until(lambda: up.open == 0)
     assert (up.opened, pool.idle) == (2, 0)
+
+
+# -- through the sidecar ---------------------------------------------------------------------
+
+
+def _retries(registry: object, pool: str) -> float:
+    from prometheus_client import CollectorRegistry
+
+    assert isinstance(registry, CollectorRegistry)
+    return registry.get_sample_value("runaway_sidecar_upstream_retries_total",
+                                     {"pool": pool}) or 0.0
+
+
+@pytest.mark.parametrize("ending", ["fin", "reset"])
+async def test_sidecar_answers_every_request_when_kept_alive_connections_close(
+        upstreams: Callable[..., object], ending: Ending) -> None:
+    """The keep-alive race made deterministic: an upstream that ends each kept-alive
+    connection instead of answering its second request. Through the sidecar every watched
+    stream and every pass-through request (bodiless GET, POST with a body) succeeds, the
+    resends are counted per pool, and no upstream error is counted. (A watched resend's new
+    connection is kept, and meets the same end at the next request; a pass-through resend's
+    connection is not kept, so the next pass-through request opens a new one.)"""
+    up = await upstreams(answers=1, ending=ending)
+    assert isinstance(up, KeepAliveUpstream)
+    server, registry = await start_sidecar(up.url)
+    url = str(server.make_url("")).rstrip("/")
+    chat = {"model": "m", "stream": True, "messages": [{"role": "user", "content": "hi"}]}
+    try:
+        async with aiohttp.ClientSession() as client:
+            for _ in range(20):
+                async with client.post(url + "/v1/chat/completions", json=chat) as resp:
+                    assert resp.status == 200
+                    assert (await resp.read()).endswith(b"data: [DONE]\n\n")
+            for n in range(20):
+                if n % 2:
+                    async with client.post(url + "/tokenize", data=b"x" * n) as resp:
+                        assert resp.status == 200
+                        assert orjson.loads(await resp.read())["bytes"] == n
+                else:
+                    async with client.get(url + "/v1/models") as resp:
+                        assert resp.status == 200
+                        assert orjson.loads(await resp.read())["method"] == "GET"
+    finally:
+        await server.close()
+    assert _retries(registry, "watched") == 19
+    assert _retries(registry, "passthrough") == 10
+    assert up.answered == 40
+    errors = [s for m in registry.collect() if m.name == "runaway_sidecar_upstream_errors"
+              for s in m.samples if s.name.endswith("_total")]
+    assert errors
+    assert sum(s.value for s in errors) == 0
+
+
+@pytest.mark.parametrize("size", [None, PASSTHROUGH_RESEND_BYTES + 1],
+                         ids=["unknown-length", "over-the-cap"])
+async def test_sidecar_never_sends_a_streamed_body_twice(
+        upstreams: Callable[..., object], size: int | None) -> None:
+    """A pass-through body the sidecar streams (length unknown, or above
+    ``PASSTHROUGH_RESEND_BYTES``) is not held, so it is never sent again: when its reused
+    connection closes unanswered the client gets a 502, and no resend is counted."""
+    up = await upstreams(answers=1)
+    assert isinstance(up, KeepAliveUpstream)
+    server, registry = await start_sidecar(up.url)
+    url = str(server.make_url("")).rstrip("/") + "/tokenize"
+
+    async def chunks() -> AsyncIterator[bytes]:
+        yield b"a" * 100
+
+    try:
+        async with aiohttp.ClientSession() as client:
+            statuses = []
+            for _ in range(2):
+                data = chunks() if size is None else io.BytesIO(b"b" * size)
+                async with client.post(url, data=data) as resp:
+                    statuses.append(resp.status)
+                    await resp.read()
+    finally:
+        await server.close()
+    assert statuses == [200, 502]
+    assert _retries(registry, "passthrough") == 0
+    assert up.answered == 1
+
+
+async def test_sidecar_closes_idle_upstream_connections_with_no_traffic(
+        upstreams: Callable[..., object]) -> None:
+    """After a watched and a pass-through request, both upstream connections close once
+    ``upstream_keepalive_seconds`` has passed with no further request (an idle node keeps
+    no upstream connection or file descriptor open)."""
+    up = await upstreams(answers=None)
+    assert isinstance(up, KeepAliveUpstream)
+    server, _ = await start_sidecar(up.url, upstream_keepalive_seconds=0.3)
+    url = str(server.make_url("")).rstrip("/")
+    chat = {"model": "m", "stream": True, "messages": [{"role": "user", "content": "hi"}]}
+    try:
+        async with aiohttp.ClientSession() as client:
+            async with client.post(url + "/v1/chat/completions", json=chat) as resp:
+                assert (await resp.read()).endswith(b"data: [DONE]\n\n")
+            async with client.get(url + "/v1/models") as resp:
+                assert resp.status == 200
+            assert (up.opened, up.open) == (2, 2)
+            took = await until(lambda: up.open == 0)
+    finally:
+        await server.close()
+    # aiohttp's timer (pass-through) closes what has idled a keep-alive at its next tick,
+    # so at most two keep-alives pass.
+    assert 0.2 <= took < 2.0
