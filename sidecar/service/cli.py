@@ -43,6 +43,11 @@ Every option below can also be set in the TOML file given by --config, or by an
 environment variable RUNAWAY_SIDECAR_<NAME> (RUNAWAY_SIDECAR_DETECTORS_<NAME> for the
 detector table). Precedence: flag > environment > file > default. See README.md,
 "Configuration", for every key with its default.
+
+Under systemd socket activation (LISTEN_PID, LISTEN_FDS, LISTEN_FDNAMES) it serves the
+passed socket instead of binding --listen (and a second one named "metrics" instead of
+--metrics-listen); with --workers every worker serves that socket. When the unit sets
+WatchdogSec, the event loop sends WATCHDOG=1 every half of it (deploy/README.md).
 """
 
 
@@ -58,7 +63,8 @@ def _add_option_flags(parser: argparse.ArgumentParser) -> None:
         "metrics_listen": "host:port for /metrics, /healthz, /readyz (default 127.0.0.1:9464)",
         "mode": "enforce (cut and reissue, default), cut, shadow (detect only) or off",
         "log_format": "json (default, for journald) or console",
-        "workers": "processes sharing the listen port (SO_REUSEPORT)",
+        "workers": "processes sharing the listen port (SO_REUSEPORT, or the socket passed by "
+                   "systemd socket activation)",
         "upstream_keepalive_seconds": "seconds an idle upstream connection is kept for the "
                                       "next request, then closed (default 4: below the 5 s "
                                       "after which vLLM's uvicorn closes it; 0: none kept)",
@@ -158,10 +164,13 @@ def _overrides(args: argparse.Namespace) -> dict[str, str]:
 def _serve(args: argparse.Namespace) -> int:
     overrides = _overrides(args)
     cfg = load_config(args.config, overrides=overrides)
+    from sidecar.service.activation import inherit
+
+    inherited = inherit()  # the sockets of systemd socket activation, if any
     if cfg.workers > 1:
         from sidecar.service.workers import run_workers
 
-        return run_workers(cfg, list(argv_of_serve(args)))
+        return run_workers(cfg, list(argv_of_serve(args)), inherited)
     _install_uvloop()
     from sidecar.service.server import run_server
     from sidecar.service.workers import WORKER_ENV
@@ -174,7 +183,7 @@ def _serve(args: argparse.Namespace) -> int:
 
     code: int = asyncio.run(run_server(
         cfg, lambda: load_config(args.config, overrides=overrides),
-        reuse_port=os.environ.get(WORKER_ENV) == "1"))
+        reuse_port=os.environ.get(WORKER_ENV) == "1", inherited=inherited))
     return code
 
 

@@ -1,9 +1,14 @@
 """Process lifecycle of ``serve``: listeners, signals, drain and reload.
 
-- Binds the client listener (``listen``) and the metrics listener (``metrics_listen``),
-  then tells systemd ``READY=1``.
-- SIGTERM/SIGINT: stop accepting connections, let in-flight streams finish for up to
-  ``drain_timeout_seconds``, cancel what is left, exit 0.
+- Binds the client listener (``listen``) and the metrics listener (``metrics_listen``), or
+  serves the sockets systemd passed (``sidecar.service.activation``), then tells systemd
+  ``READY=1`` (a worker tells its supervisor). From then on the event loop proves it runs
+  (``sidecar.service.liveness``): ``WATCHDOG=1`` when the unit sets ``WatchdogSec=``, or
+  heartbeats to the supervisor.
+- SIGTERM/SIGINT: stop accepting connections (under socket activation new ones wait in
+  the kernel's queue for the next process), serve the first request of connections
+  accepted just before (:data:`ACCEPT_GRACE_SECONDS`), let in-flight streams finish for up
+  to ``drain_timeout_seconds``, cancel what is left, exit 0.
 - SIGHUP: reload the config (file, environment, the original flags); detector
   thresholds, modes, ladder and per-model settings apply to requests that start after
   it. A bad reload is logged and counted, and the old config stays. ``upstream`` and the
@@ -16,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import gc
+import os
 import signal
 from collections.abc import Callable
 
@@ -29,7 +35,8 @@ from sidecar import __version__
 from sidecar.config import Config, parse_host_port
 from sidecar.errors import ConfigError
 from sidecar.net.proxy import Proxy
-from sidecar.service import sdnotify
+from sidecar.service import liveness, sdnotify
+from sidecar.service.activation import Inherited, describe
 from sidecar.service.app import PROXY, make_app
 from sidecar.service.health import make_metrics_app
 from sidecar.service.logs import configure_logging
@@ -40,6 +47,10 @@ log = structlog.get_logger("runaway_sidecar")
 # aiohttp's default accept backlog (128) overflows when hundreds of clients connect at
 # once, and the kernel then resets some of them; the kernel caps this at somaxconn.
 _LISTEN_BACKLOG = 4096
+#: After it stops accepting, how long a draining process still waits for the first request
+#: of connections it accepted just before (their client had not sent it yet) rather than
+#: closing them unanswered.
+ACCEPT_GRACE_SECONDS = 0.25
 _RESTART_ONLY = ("upstream", "listen", "metrics_listen", "workers", "dialect",
                  "upstream_keepalive_seconds")
 
@@ -67,8 +78,11 @@ async def run_server(
     *,
     reuse_port: bool = False,
     registry: CollectorRegistry | None = None,
+    inherited: Inherited | None = None,
 ) -> int:
-    """Serve until SIGTERM/SIGINT; return the exit code."""
+    """Serve until SIGTERM/SIGINT; return the exit code. ``inherited`` holds the listening
+    sockets passed by systemd (or a supervisor), served instead of binding the addresses."""
+    inherited = inherited or Inherited()
     configure_logging(cfg.log_format, cfg.log_level)
     registry = registry or CollectorRegistry()
     metrics = Metrics(registry, cfg.model_allowlist, __version__)
@@ -77,16 +91,24 @@ async def run_server(
     runner = web.AppRunner(app, handler_cancellation=True,
                            shutdown_timeout=cfg.drain_timeout_seconds, access_log=None)
     await runner.setup()
-    host, port = parse_host_port(cfg.listen)
-    await web.TCPSite(runner, host, port, reuse_port=reuse_port or None,
-                      backlog=_LISTEN_BACKLOG).start()
+    site: web.BaseSite
+    if inherited.listen is not None:
+        site = web.SockSite(runner, inherited.listen, backlog=_LISTEN_BACKLOG)
+    else:
+        host, port = parse_host_port(cfg.listen)
+        site = web.TCPSite(runner, host, port, reuse_port=reuse_port or None,
+                           backlog=_LISTEN_BACKLOG)
+    await site.start()
     metrics_runner = web.AppRunner(
         make_metrics_app(registry, proxy.upstream_ready,
                          extra_routes=[web.get("/debug/policy", debug_policy_handler(proxy))]),
         access_log=None)
     await metrics_runner.setup()
-    mhost, mport = parse_host_port(cfg.metrics_listen, "metrics_listen")
-    await web.TCPSite(metrics_runner, mhost, mport, reuse_port=reuse_port or None).start()
+    if inherited.metrics is not None:
+        await web.SockSite(metrics_runner, inherited.metrics).start()
+    else:
+        mhost, mport = parse_host_port(cfg.metrics_listen, "metrics_listen")
+        await web.TCPSite(metrics_runner, mhost, mport, reuse_port=reuse_port or None).start()
 
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -115,7 +137,7 @@ async def run_server(
     def runtime_stats() -> None:
         # For soak tests and operators: leaks show as counts that do not come back down.
         server = runner.server
-        log.info("runtime_stats", asyncio_tasks=len(asyncio.all_tasks(loop)),
+        log.info("runtime_stats", pid=os.getpid(), asyncio_tasks=len(asyncio.all_tasks(loop)),
                  client_connections=len(server.connections) if server else 0,
                  gc_frozen=gc.get_freeze_count(),
                  gc_collections=[gen["collections"] for gen in gc.get_stats()])
@@ -124,15 +146,29 @@ async def run_server(
         loop.add_signal_handler(sig, stop.set)
     loop.add_signal_handler(signal.SIGHUP, reload)
     loop.add_signal_handler(signal.SIGUSR1, runtime_stats)
-    log.info("listening", listen=cfg.listen, metrics_listen=cfg.metrics_listen,
-             upstream=cfg.upstream, mode=cfg.mode, version=__version__)
-    sdnotify.ready(f"proxying {cfg.listen} -> {cfg.upstream}")
+    listen = describe(inherited.listen) if inherited.listen is not None else cfg.listen
+    metrics_listen = (describe(inherited.metrics) if inherited.metrics is not None
+                      else cfg.metrics_listen)
+    log.info("listening", listen=listen, metrics_listen=metrics_listen,
+             socket_activated=sorted(inherited.fds().values()), upstream=cfg.upstream,
+             mode=cfg.mode, version=__version__)
+    sdnotify.ready(f"proxying {listen} -> {cfg.upstream}")
+    beat = liveness.beat_of()
+    beating: asyncio.Task[None] | None = None
+    if beat is not None:
+        beat.send()  # a worker's first heartbeat tells its supervisor it is ready
+        if beat.interval is not None:
+            beating = asyncio.create_task(liveness.beat_every(beat.interval, beat.send))
     await stop.wait()
     sdnotify.stopping()
     log.info("draining", timeout_s=cfg.drain_timeout_seconds)
     proxy.draining = True
+    await site.stop()  # no new connections from here on
+    await asyncio.sleep(ACCEPT_GRACE_SECONDS)
     await runner.cleanup()
     await metrics_runner.cleanup()
+    if beating is not None:
+        beating.cancel()
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1):
         loop.remove_signal_handler(sig)
     log.info("stopped")
