@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Checks the deployment files: Prometheus rules (promtool check + unit tests), the PromQL
-# of the Grafana dashboard (parsed by promtool), and the systemd unit (systemd-analyze
-# verify, and a security exposure score of 2.0 or lower).
+# of the Grafana dashboard (parsed by promtool), and the systemd units: the service
+# (systemd-analyze verify, and a security exposure score of 2.0 or lower) and its
+# listening socket (systemd-analyze verify, with the service it activates beside it).
 #
 # Installs promtool (Debian package "prometheus") and systemd-analyze (package
 # "systemd") when they are missing and apt-get is usable; fast when both are present.
@@ -15,6 +16,7 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 RULES="$ROOT/deploy/prometheus/runaway-sidecar.rules.yml"
 RULE_TESTS="$ROOT/deploy/prometheus/runaway-sidecar.rules.test.yml"
 UNIT="$ROOT/deploy/systemd/runaway-sidecar@.service"
+SOCKET_UNIT="$ROOT/deploy/systemd/runaway-sidecar@.socket"
 DASHBOARD="$ROOT/deploy/grafana/runaway-sidecar.json"
 MAX_EXPOSURE="2.0"
 UNIT_BIN="/usr/local/bin/runaway-sidecar"
@@ -95,18 +97,22 @@ if need systemd-analyze systemd; then
         say "FAIL: no runaway-sidecar executable for ExecStart (install the package: pip install -e .)"
         failed=1
     else
-        # An instance name, as operators start it: runaway-sidecar@gpu0.service.
+        # Instance names, as operators start them: runaway-sidecar@gpu0.service and the
+        # socket that activates it, side by side (verify loads the one from the other).
         sed "s|$UNIT_BIN|$bin|g" "$UNIT" >"$tmp/runaway-sidecar@gpu0.service"
+        cp "$SOCKET_UNIT" "$tmp/runaway-sidecar@gpu0.socket"
         # verify exits 0 on unknown keys and bad values (it only warns), so any output
         # counts as a failure.
-        if out="$(cd "$tmp" && systemd-analyze verify "$tmp/runaway-sidecar@gpu0.service" 2>&1)" \
-            && [ -z "$out" ]; then
-            say "systemd-analyze verify: OK (ExecStart=$bin)"
-        else
-            printf '%s\n' "$out"
-            say "FAIL: systemd-analyze verify"
-            failed=1
-        fi
+        for unit in runaway-sidecar@gpu0.service runaway-sidecar@gpu0.socket; do
+            if out="$(cd "$tmp" && systemd-analyze verify "$tmp/$unit" 2>&1)" \
+                && [ -z "$out" ]; then
+                say "systemd-analyze verify $unit: OK (ExecStart=$bin)"
+            else
+                printf '%s\n' "$out"
+                say "FAIL: systemd-analyze verify $unit"
+                failed=1
+            fi
+        done
         report="$(cd "$tmp" && systemd-analyze security --offline=true "$UNIT" 2>&1 || true)"
         score="$(printf '%s\n' "$report" | sed -n 's/.*Overall exposure level for [^:]*: \([0-9.]*\).*/\1/p')"
         if [ -z "$score" ]; then

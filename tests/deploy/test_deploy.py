@@ -21,7 +21,7 @@ from prometheus_client import CollectorRegistry
 
 from sidecar import config as cfg
 from sidecar import labels
-from sidecar.service import metrics
+from sidecar.service import activation, metrics
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
@@ -30,6 +30,7 @@ RULES = DEPLOY / "prometheus" / "runaway-sidecar.rules.yml"
 RULE_TESTS = DEPLOY / "prometheus" / "runaway-sidecar.rules.test.yml"
 DASHBOARD = DEPLOY / "grafana" / "runaway-sidecar.json"
 UNIT = DEPLOY / "systemd" / "runaway-sidecar@.service"
+SOCKET_UNIT = DEPLOY / "systemd" / "runaway-sidecar@.socket"
 README = DEPLOY / "README.md"
 
 _OPTION_LINE = re.compile(r"^# ?((?:[a-z_]+ = .*)|(?:\[.*\]))$")
@@ -251,3 +252,28 @@ def test_unit_file_settings() -> None:
     assert "@system-service" in UNIT.read_text(encoding="utf-8")
     stop = float(service["TimeoutStopSec"].removesuffix("s"))
     assert stop > cfg.Config().drain_timeout_seconds
+
+
+def unit_sections(path: Path) -> configparser.RawConfigParser:
+    parser = configparser.RawConfigParser(strict=False, interpolation=None)
+    parser.optionxform = str  # type: ignore[assignment,method-assign]
+    parser.read_string(path.read_text(encoding="utf-8"))
+    return parser
+
+
+def test_socket_unit_settings() -> None:
+    """The socket unit listens on the example's client port and passes it to the service
+    of the same instance as its client listener; the service wants it, is ordered after
+    it, and sets a watchdog that the event loop pings."""
+    sock = unit_sections(SOCKET_UNIT)
+    example = cfg.load_config(EXAMPLE, env={})
+    assert sock["Socket"]["ListenStream"] == example.listen
+    assert sock["Socket"].get("Accept", "no") == "no"  # the service accepts, not systemd
+    assert sock["Socket"]["FileDescriptorName"] != activation.METRICS_NAME
+    assert int(sock["Socket"]["Backlog"]) >= 1024
+    assert sock["Install"]["WantedBy"] == "sockets.target"
+    unit = unit_sections(UNIT)
+    assert "runaway-sidecar@%i.socket" in unit["Unit"]["Wants"].split()
+    assert "runaway-sidecar@%i.socket" in unit["Unit"]["After"].split()
+    watchdog = float(unit["Service"]["WatchdogSec"].removesuffix("s"))
+    assert 5 <= watchdog <= 60
