@@ -2,13 +2,18 @@
 subprocess, with runaways, client disconnects and upstream faults mixed in.
 
     .venv/bin/python benchmarks/soak.py --concurrency 1000 --duration 60
+    .venv/bin/python benchmarks/soak.py --concurrency 1000 --duration 60 --workers 2
 
 Reports unexpected errors (each scenario has a defined client-visible result), the
-sidecar's RSS and open fds at start (after warm-up) and end, its asyncio task count at
-baseline and after the load (``runtime_stats`` log line on SIGUSR1), established
-sidecar->simulator connections after the load, and the simulator's running requests.
-Loopback only; bounded by ``--duration`` (plus a drain of at most ``--drain`` seconds)
-and ``--concurrency``. Exits 1 when a target is missed.
+sidecar's RSS and open fds (all its processes: with ``--workers`` the supervisor and
+its workers) idle before, after warm-up and at the end, its asyncio task count at
+baseline and after the load (``runtime_stats`` log lines on SIGUSR1, summed over the
+workers), established sidecar->simulator connections after the load, and the simulator's
+running requests. The idle baseline is taken after one request has gone through and its
+upstream connection has closed (within ``--drain``): what a process opens once, on first
+use, for good (with ``--workers``, the Prometheus files of each kind of metric) is then
+part of the baseline. Loopback only; bounded by ``--duration`` (plus a drain of at most
+``--drain`` seconds) and ``--concurrency``. Exits 1 when a target is missed.
 """
 
 from __future__ import annotations
@@ -31,24 +36,32 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import aiohttp
 
-from benchmarks.procs import Proc, free_port, rss_bytes, running, simulator
+from benchmarks.procs import Proc, descendants, free_port, rss_bytes, running, simulator
 
 ROOT = Path(__file__).resolve().parent.parent
 FAULTS = ["reset-mid-stream", "http-500", "invalid-sse", "error-mid-stream",
           "reset-before-headers", "no-done"]
 
 
-def sidecar_proc(upstream: str, log_dir: Path) -> Proc:
+def sidecar_proc(upstream: str, workers: int) -> Proc:
     port = free_port()
     return Proc("sidecar", [sys.executable, "-m", "sidecar", "serve", "--upstream", upstream,
                             "--listen", f"127.0.0.1:{port}",
                             "--metrics-listen", f"127.0.0.1:{free_port()}",
                             "--mode", "enforce", "--log-level", "info",
+                            "--workers", str(workers),
                             "--detectors.stall-seconds", "5"], port)
 
 
 def open_fds(pid: int) -> int:
-    return len(os.listdir(f"/proc/{pid}/fd"))
+    """Open file descriptors of ``pid`` and the processes below it (the workers)."""
+    total = 0
+    for p in descendants(pid):
+        try:
+            total += len(os.listdir(f"/proc/{p}/fd"))
+        except OSError:
+            continue
+    return total
 
 
 def established_to(port: int) -> int:
@@ -66,17 +79,60 @@ def established_to(port: int) -> int:
     return count
 
 
-def task_count(proc: Proc, log_dir: Path) -> int:
-    """Ask the sidecar for ``runtime_stats`` and read the task count from its log."""
+def task_count(proc: Proc, log_dir: Path, processes: int) -> int:
+    """Ask the sidecar for ``runtime_stats`` (the supervisor forwards the signal to its
+    workers) and sum the task counts its ``processes`` serving processes log."""
     log = log_dir / "sidecar.log"
     before = log.read_text().count("runtime_stats")
     os.kill(proc.pid, signal.SIGUSR1)
-    for _ in range(50):
+    for _ in range(100):
         time.sleep(0.1)
-        lines = [ln for ln in log.read_text().splitlines() if "runtime_stats" in ln]
-        if len(lines) > before:
-            return int(json.loads(lines[-1])["asyncio_tasks"])
-    raise RuntimeError("no runtime_stats line from the sidecar")
+        lines = [json.loads(ln) for ln in log.read_text().splitlines()
+                 if "runtime_stats" in ln][before:]
+        latest = {line["pid"]: int(line["asyncio_tasks"]) for line in lines}
+        if len(latest) >= processes:
+            return sum(latest.values())
+    raise RuntimeError("no runtime_stats line from every sidecar process")
+
+
+def prime(url: str) -> None:
+    """One short stream through the sidecar, read to its end."""
+    body = {"model": "sim-healthy", "stream": True, "max_tokens": 4,
+            "messages": [{"role": "user", "content": "prime"}]}
+
+    async def go() -> None:
+        async with aiohttp.ClientSession() as s, s.post(url + "/v1/chat/completions",
+                                                        json=body) as r:
+            assert r.status == 200, r.status
+            await r.read()
+
+    asyncio.run(go())
+
+
+def workers_of(pid: int) -> list[int]:
+    return [p for p in descendants(pid) if p != pid]
+
+
+def histogram_open(pid: int) -> bool:
+    """Whether worker ``pid`` has opened its Prometheus histogram file (multiprocess mode
+    opens one per kind of metric, on the first value of that kind)."""
+    fd_dir = f"/proc/{pid}/fd"
+    for fd in os.listdir(fd_dir):
+        try:
+            if os.readlink(f"{fd_dir}/{fd}").endswith(f"histogram_{pid}.db"):
+                return True
+        except OSError:
+            continue
+    return False
+
+
+def wait_idle(port: int, seconds: float) -> int:
+    """Wait up to ``seconds`` for the sidecar's connections to ``port`` to close; the
+    number still open."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline and established_to(port):
+        time.sleep(0.5)
+    return established_to(port)
 
 
 def scenario(rng: random.Random) -> tuple[str, dict[str, Any], dict[str, str]]:
@@ -162,6 +218,7 @@ def main() -> int:
     ap.add_argument("--duration", type=float, default=60.0, help="seconds of load")
     ap.add_argument("--rate", type=float, default=10.0, help="simulated tokens/s per stream")
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--workers", type=int, default=1, help="serve --workers N")
     ap.add_argument("--drain", type=float, default=25.0,
                     help="seconds to wait for connections to close after the load")
     ap.add_argument("--log-dir", type=Path, default=None,
@@ -172,10 +229,17 @@ def main() -> int:
     want = min(hard, max(soft, args.concurrency * 4 + 1024))
     resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))  # inherited by the children
     sim = simulator("simulator", args.rate)
-    side = sidecar_proc(sim.url, args.log_dir)
+    side = sidecar_proc(sim.url, args.workers)
     with running([sim, side], args.log_dir):
         time.sleep(1.0)
-        base_tasks = task_count(side, args.log_dir)
+        prime(side.url)
+        for _ in range(50):  # with --workers, until each has served one (new connections)
+            if args.workers == 1 or all(histogram_open(p) for p in workers_of(side.pid)):
+                break
+            prime(side.url)
+        if wait_idle(sim.port, args.drain):
+            raise RuntimeError("the primed upstream connection never closed")
+        base_tasks = task_count(side, args.log_dir, args.workers)
         fds_idle = open_fds(side.pid)
         marks: dict[str, float] = {}
 
@@ -188,11 +252,8 @@ def main() -> int:
         load_s = time.monotonic() - started
         rss1, fds1 = rss_bytes(side.pid), open_fds(side.pid)
         upstream_right_after = established_to(sim.port)
-        deadline = time.monotonic() + args.drain
-        while time.monotonic() < deadline and established_to(sim.port):
-            time.sleep(1.0)
-        upstream_after = established_to(sim.port)
-        end_tasks = task_count(side, args.log_dir)
+        upstream_after = wait_idle(sim.port, args.drain)
+        end_tasks = task_count(side, args.log_dir, args.workers)
         rss2, fds2 = rss_bytes(side.pid), open_fds(side.pid)
 
         async def sim_running() -> float:
@@ -205,7 +266,7 @@ def main() -> int:
     total = sum(stats.values())
     growth = (rss1 - marks["rss0"]) / marks["rss0"]
     print(f"load: {args.concurrency} concurrent streams for {load_s:.1f} s, {total} requests "
-          f"({total / load_s:.0f}/s)")
+          f"({total / load_s:.0f}/s), sidecar workers: {args.workers}")
     print(f"by scenario: {dict(sorted(stats.items()))}")
     unexpected = sum(v for k, v in stats.items() if k.startswith("unexpected"))
     print(f"unexpected: {unexpected}")
