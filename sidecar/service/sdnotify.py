@@ -8,8 +8,9 @@ process (never a worker: the unit has ``NotifyAccess=main``) sends:
 - ``RELOADING=1`` with ``MONOTONIC_USEC`` when a SIGHUP reload begins;
 - ``STOPPING=1`` when a SIGTERM drain begins;
 - ``STATUS=...`` free text shown by ``systemctl status``;
-- ``WATCHDOG=1`` every :func:`watchdog_interval` / 2 seconds if the unit sets
-  ``WatchdogSec=`` (it does not by default).
+- ``WATCHDOG=1`` every :func:`watchdog_interval` / 2 seconds when the unit sets
+  ``WatchdogSec=`` (deploy's unit does), from the event loop (``sidecar.service.liveness``;
+  under ``--workers`` from the supervisor, while every worker's loop beats).
 
 Every function returns whether the datagram was sent and never raises: outside
 systemd (``NOTIFY_SOCKET`` unset) it does nothing, and a failure to notify must not
