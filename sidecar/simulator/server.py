@@ -69,7 +69,9 @@ async def run_simulator(config: SimulatorConfig, host: str, port: int) -> None:
     runner = web.AppRunner(make_simulator_app(config), access_log=None, shutdown_timeout=1.0)
     await runner.setup()
     try:
-        site = web.TCPSite(runner, host, port)
+        # vLLM listens through uvicorn, whose accept backlog is 2048 (aiohttp's default is
+        # 128): a burst of new connections from a proxy must not overflow it sooner here.
+        site = web.TCPSite(runner, host, port, backlog=2048)
         await site.start()
         await asyncio.Event().wait()
     finally:
