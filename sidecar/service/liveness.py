@@ -14,6 +14,12 @@ written, and sends ``WATCHDOG=1`` every half watchdog, but only while every work
 heard within the last half watchdog (:class:`Liveness`). A worker whose loop stops
 stops its heartbeats, the supervisor stops pinging, and systemd restarts the service. A
 byte per worker per heartbeat is the whole cost; no worker waits for an answer.
+
+The other way round, every worker holds the read end of one more pipe, whose write end
+only the supervisor holds and never writes (:data:`SUPERVISOR_FD_ENV`): when the
+supervisor is gone (killed; outside systemd, which would stop the whole unit) the pipe
+reads end-of-file, and the worker drains and exits (:func:`watch_supervisor`) rather than
+keep the port with no one to stop it.
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ from sidecar.service import sdnotify
 
 HEARTBEAT_FD_ENV = "RUNAWAY_SIDECAR_HEARTBEAT_FD"
 HEARTBEAT_SECONDS_ENV = "RUNAWAY_SIDECAR_HEARTBEAT_SECONDS"
+SUPERVISOR_FD_ENV = "RUNAWAY_SIDECAR_SUPERVISOR_FD"
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,6 +67,33 @@ def beat_of(environ: Mapping[str, str] | None = None) -> Beat | None:
     if watchdog is None:
         return None
     return Beat(lambda: sdnotify.watchdog(env), watchdog / 2)
+
+
+def watch_supervisor(gone: Callable[[], object],
+                     environ: Mapping[str, str] | None = None) -> bool:
+    """In a worker, call ``gone`` once its supervisor has exited (the pipe it handed over
+    reads end-of-file); whether there is a supervisor to watch. Call from the event loop."""
+    env = os.environ if environ is None else environ
+    fd = env.get(SUPERVISOR_FD_ENV, "")
+    if not fd.isdigit():
+        return False
+    pipe = int(fd)
+    os.set_blocking(pipe, False)
+    loop = asyncio.get_running_loop()
+
+    def readable() -> None:
+        try:
+            if os.read(pipe, 64):
+                return  # the supervisor never writes; nothing to act on
+        except BlockingIOError:
+            return
+        except OSError:
+            pass
+        loop.remove_reader(pipe)
+        gone()
+
+    loop.add_reader(pipe, readable)
+    return True
 
 
 def _heartbeat(pipe: int) -> None:

@@ -154,11 +154,18 @@ async def run_server(
              mode=cfg.mode, version=__version__)
     sdnotify.ready(f"proxying {listen} -> {cfg.upstream}")
     beat = liveness.beat_of()
-    beating: asyncio.Task[None] | None = None
+    background: list[asyncio.Task[None]] = []
     if beat is not None:
         beat.send()  # a worker's first heartbeat tells its supervisor it is ready
         if beat.interval is not None:
-            beating = asyncio.create_task(liveness.beat_every(beat.interval, beat.send))
+            background.append(asyncio.create_task(liveness.beat_every(beat.interval,
+                                                                      beat.send)))
+
+    def supervisor_gone() -> None:
+        log.warning("supervisor_gone", pid=os.getpid())  # then drain and exit
+        stop.set()
+
+    liveness.watch_supervisor(supervisor_gone)
     await stop.wait()
     sdnotify.stopping()
     log.info("draining", timeout_s=cfg.drain_timeout_seconds)
@@ -167,8 +174,8 @@ async def run_server(
     await asyncio.sleep(ACCEPT_GRACE_SECONDS)
     await runner.cleanup()
     await metrics_runner.cleanup()
-    if beating is not None:
-        beating.cancel()
+    for task in background:
+        task.cancel()
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1):
         loop.remove_signal_handler(sig)
     log.info("stopped")

@@ -13,7 +13,8 @@ worker each, and then:
 - forwards SIGTERM/SIGINT (drain), SIGHUP (reload) and SIGUSR1 (runtime stats) to every
   worker;
 - if a worker dies unexpectedly, stops the others and exits 1, so systemd's
-  ``Restart=on-failure`` starts a clean set.
+  ``Restart=on-failure`` starts a clean set; if the supervisor itself is killed, its
+  workers see it (``sidecar.service.liveness``) and drain and exit.
 
 Each worker has its own upstream connection pool and event loop; the metrics listener
 of every worker serves the merged multiprocess view, so any of them answers a scrape.
@@ -56,16 +57,21 @@ def run_workers(cfg: Config, argv: list[str], inherited: Inherited | None = None
     if watchdog is not None:
         env[liveness.HEARTBEAT_SECONDS_ENV] = repr(watchdog / 4)
     cmd = [sys.executable, "-m", "sidecar", *argv, "--workers", "1"]
+    # Every worker reads this pipe; only this process holds the write end, so the workers
+    # see end-of-file when it is gone, and drain and exit.
+    lifeline, held = os.pipe()
+    env[liveness.SUPERVISOR_FD_ENV] = str(lifeline)
     procs: list[subprocess.Popen[bytes]] = []
     pipes: dict[int, int] = {}  # read end -> worker index
     for i in range(cfg.workers):
         read_end, write_end = os.pipe()
         procs.append(subprocess.Popen(  # noqa: S603
             cmd, env={**env, liveness.HEARTBEAT_FD_ENV: str(write_end)},
-            pass_fds=(write_end, *inherited.fds())))
+            pass_fds=(write_end, lifeline, *inherited.fds())))
         os.close(write_end)
         os.set_blocking(read_end, False)
         pipes[read_end] = i
+    os.close(lifeline)
     stopping = False
 
     def forward(signum: int, _frame: FrameType | None) -> None:
@@ -117,4 +123,5 @@ def run_workers(cfg: Config, argv: list[str], inherited: Inherited | None = None
                 proc.kill()
         for read_end in pipes:
             os.close(read_end)
+        os.close(held)
         shutil.rmtree(prom_dir, ignore_errors=True)

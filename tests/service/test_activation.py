@@ -155,7 +155,7 @@ async def test_workers_share_the_passed_socket_and_the_watchdog(tmp_path: Path,
     the one passed socket (none binds its own; with either one stopped the other answers
     every request). Only the supervisor talks to systemd, and it sends ``WATCHDOG=1`` only
     while every worker's event loop beats: a stopped worker stops the pings, and they
-    resume when it runs again."""
+    resume when it runs again. Workers whose supervisor is killed exit on their own."""
     unit = SocketUnit(tmp_path, watchdog_usec=400_000)
     try:
         proc = unit.start(*serve_argv(sim_url, 2))
@@ -194,9 +194,20 @@ async def test_workers_share_the_passed_socket_and_the_watchdog(tmp_path: Path,
                     lambda since=resumed_at: unit.said(proc.pid, "WATCHDOG=1", since),
                     what="the pings to resume")
         assert {n.pid for n in unit.notices} == {proc.pid}
-        assert await unit.stop(proc) == 0
+        os.kill(proc.pid, signal.SIGKILL)  # not SIGTERM: nothing forwards it to the workers
+        await unit.wait_for(lambda: not any(running(pid) for pid in workers), timeout=10,
+                            what="the workers of a killed supervisor to exit")
     finally:
         unit.close()
+
+
+def running(pid: int) -> bool:
+    """Whether process ``pid`` exists and has not exited (a zombie has)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state not in ("Z", "X")
 
 
 # -- what systemd passes ----------------------------------------------------------------------

@@ -115,6 +115,25 @@ def test_a_worker_beats_on_its_supervisors_pipe() -> None:
                 os.close(fd)
 
 
+async def test_a_worker_sees_its_supervisor_go() -> None:
+    """A worker's lifeline reads end-of-file once its supervisor (the only holder of the
+    write end) is gone, and only then is it told; a process without one watches nothing."""
+    read_end, write_end = os.pipe()
+    gone = asyncio.Event()
+    try:
+        assert liveness.watch_supervisor(gone.set, {liveness.SUPERVISOR_FD_ENV: str(read_end)})
+        await asyncio.sleep(0.05)
+        assert not gone.is_set()
+        os.close(write_end)
+        write_end = -1
+        await asyncio.wait_for(gone.wait(), 5)
+    finally:
+        for fd in (read_end, write_end):
+            if fd >= 0:
+                os.close(fd)
+    assert not liveness.watch_supervisor(gone.set, {})
+
+
 @pytest.mark.parametrize(
     ("heard", "now", "ready", "alive"),
     [
