@@ -17,6 +17,7 @@ cannot restart it).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import socket
@@ -99,8 +100,10 @@ class SocketUnit:
             env["WATCHDOG_USEC"] = str(self._watchdog)
         log = (self._tmp / f"serve-{len(self.procs)}.log").open("wb")
         fd = self.sock.fileno()
+        # A session of its own, like the unit's cgroup: ``close`` ends every process in it.
         proc = subprocess.Popen([sys.executable, "-c", _SHIM, str(fd), *argv],
-                                pass_fds=(fd,), env=env, stdout=log, stderr=subprocess.STDOUT)
+                                pass_fds=(fd,), env=env, stdout=log, stderr=subprocess.STDOUT,
+                                start_new_session=True)
         log.close()
         self.procs.append(proc)
         return proc
@@ -116,7 +119,7 @@ class SocketUnit:
         deadline = time.monotonic() + timeout
         while not condition():
             for proc in self.procs:
-                assert proc.returncode is None or proc.returncode == 0, self.logs()
+                assert proc.returncode in (None, 0, -signal.SIGKILL), self.logs()
             assert time.monotonic() < deadline, f"timed out waiting for {what}\n{self.logs()}"
             await asyncio.sleep(0.01)
 
@@ -140,11 +143,12 @@ class SocketUnit:
                          for p in sorted(self._tmp.glob("serve-*.log")))
 
     def close(self) -> None:
-        """Kill what still runs, and close the sockets."""
+        """Kill every process the services started that still runs (the whole session,
+        workers included, as systemd kills a unit's cgroup), and close the sockets."""
         for proc in self.procs:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
         self._closing = True
         self._reader.join(timeout=5)
         self._notify.close()
