@@ -51,8 +51,19 @@ _LISTEN_BACKLOG = 4096
 #: of connections it accepted just before (their client had not sent it yet) rather than
 #: closing them unanswered.
 ACCEPT_GRACE_SECONDS = 0.25
-_RESTART_ONLY = ("upstream", "listen", "metrics_listen", "workers", "dialect",
-                 "upstream_keepalive_seconds")
+#: Options read once, when the process starts (listeners, the upstream pools, the client
+#: connection limits, the inbound API key): a reload that changes one is refused rather
+#: than accepted and silently not applied.
+RESTART_ONLY = ("upstream", "listen", "metrics_listen", "workers", "dialect",
+                "upstream_keepalive_seconds", "upstream_connect_timeout_seconds",
+                "upstream_read_timeout_seconds", "client_header_timeout_seconds",
+                "max_header_bytes", "api_key")
+
+
+def restart_needed(current: Config, new: Config) -> str:
+    """Why ``new`` cannot be applied by a reload ("" when it can)."""
+    changed = [k for k in RESTART_ONLY if getattr(new, k) != getattr(current, k)]
+    return f"key '{changed[0]}': changing it needs a restart" if changed else ""
 
 
 def debug_policy_handler(proxy: Proxy) -> Handler:
@@ -116,13 +127,13 @@ async def run_server(
 
     def reload() -> None:
         sdnotify.reloading()
+        new: Config | None
         try:
             new = reload_config()
         except ConfigError as exc:
             new, problem = None, str(exc)
         else:
-            changed = [k for k in _RESTART_ONLY if getattr(new, k) != getattr(current[0], k)]
-            problem = f"key '{changed[0]}': changing it needs a restart" if changed else ""
+            problem = restart_needed(current[0], new)
         if new is None or problem:
             metrics.reload("error")
             log.error("config_reload_failed", error=problem)
