@@ -79,6 +79,10 @@ LAYERS = 8
 # Qwen3-style ChatML template. It honours enable_thinking (false pre-fills an empty think block,
 # as Qwen3 does) and, like Qwen3, re-renders an assistant message that carries </think> as
 # "<think>\n{reasoning}\n</think>\n\n{content}", which is what the salvage step relies on.
+# An assistant message with its reasoning in a field of its own (vLLM passes an Anthropic
+# thinking block or a Responses reasoning item of the history as ``reasoning_content``) is
+# rendered the same way, as Qwen3 does for the turns of the current tool loop (this template
+# does it for every turn): the history-cleaning tests read the prompt's size.
 CHAT_TEMPLATE = (
     "{%- for message in messages -%}"
     "{%- set content = message['content'] if message['content'] is string else '' -%}"
@@ -87,6 +91,9 @@ CHAT_TEMPLATE = (
     "{%- set answer = content.split('</think>')[-1].lstrip('\\n') -%}"
     "{{- '<|im_start|>assistant\\n<think>\\n' + reasoning + '\\n</think>\\n\\n' + answer"
     " + '<|im_end|>\\n' -}}"
+    "{%- elif message['role'] == 'assistant' and message['reasoning_content'] is string -%}"
+    "{{- '<|im_start|>assistant\\n<think>\\n' + message['reasoning_content'].strip('\\n')"
+    " + '\\n</think>\\n\\n' + content + '<|im_end|>\\n' -}}"
     "{%- else -%}"
     "{{- '<|im_start|>' + message['role'] + '\\n' + content + '<|im_end|>\\n' -}}"
     "{%- endif -%}"
@@ -302,6 +309,11 @@ def _verify(kind: str, hf: Any, model: Any, expected: dict[str, list[int]]) -> N
         ),
     }
     assert prompts["on"].endswith("<|im_start|>assistant\n"), prompts["on"]
+    # A history's reasoning in its own field is part of the prompt (see CHAT_TEMPLATE).
+    turn = [*user, {"role": "assistant", "content": "Fix.", "reasoning_content": "Let me look."},
+            {"role": "user", "content": "Thanks."}]
+    rendered = hf.apply_chat_template(turn, add_generation_prompt=True, tokenize=False)
+    assert "<think>\nLet me look.\n</think>\n\nFix.<|im_end|>" in rendered, rendered
     # transformers may or may not keep the trailing "\n\n" of the final message; both endings
     # are on the scripted path ("</think>" chains into "\n\n").
     assert prompts["salvage"].rstrip("\n").endswith("Let me look.\n</think>"), prompts["salvage"]
