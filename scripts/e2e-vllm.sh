@@ -220,7 +220,13 @@ run_batch() {  # run_batch KIND...
     while sleep 5; do :; done
   elif ((RUN_TESTS)); then
     local files=()
-    for kind in "${kinds[@]}"; do files+=("tests/e2e/test_e2e_${kind}.py"); done
+    for kind in "${kinds[@]}"; do
+      # test_e2e_KIND.py (chat, completions) and test_e2e_KIND_*.py (e.g. the agent APIs)
+      files+=("tests/e2e/test_e2e_${kind}.py")
+      for f in "$ROOT"/tests/e2e/test_e2e_"${kind}"_*.py; do
+        [[ -f $f ]] && files+=("tests/e2e/${f##*/}")
+      done
+    done
     t=$(date +%s)
     # The failed tests, and only those, may run once more (E2E_RETRIES above); a retry
     # is announced here, so a flaky test stays visible in the log.

@@ -45,6 +45,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+import anthropic
 import openai
 import pytest
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
@@ -59,19 +60,22 @@ MAX_TOKENS = 8000  # a runaway left alone would generate all of these (max_model
 _MIDWAY_AHEAD = 400
 
 
-def _load_tiny_model() -> ModuleType:
-    # Loaded by path: importing it needs no torch, and this works in any pytest import mode.
-    spec = importlib.util.spec_from_file_location(
-        "e2e_tiny_model", Path(__file__).with_name("tiny_model.py")
-    )
+def _load(name: str) -> ModuleType:
+    # Loaded by path: importing tiny_model needs no torch, and this works in any pytest
+    # import mode (the e2e directory is no package).
+    spec = importlib.util.spec_from_file_location(f"e2e_{name}", Path(__file__).with_name(
+        f"{name}.py"))
     assert spec is not None
     assert spec.loader is not None
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # (dataclasses look their module up there)
     spec.loader.exec_module(module)
     return module
 
 
-TINY = _load_tiny_model()
+TINY = _load("tiny_model")
+#: The coding-agent APIs' streams as a client sees them (tests/e2e/agent_wire.py).
+WIRE = _load("agent_wire")
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,6 +152,20 @@ def usage_dict(usage: CompletionUsage | None) -> dict[str, Any] | None:
     if usage is None:
         return None
     return usage.model_dump(exclude_none=True)
+
+
+@dataclass(frozen=True, slots=True)
+class RawAnswer:
+    """One response of a coding-agent API as it came: status, headers (lower-case names)
+    and the whole body, byte for byte."""
+
+    status: int
+    headers: dict[str, str]
+    body: bytes
+
+    def json(self) -> Any:
+        """The body parsed (a non-streaming answer)."""
+        return json.loads(self.body)
 
 
 @dataclass(frozen=True, slots=True)
@@ -271,8 +289,32 @@ class Node:
         """A streaming chat request through the sidecar (``base_url``: another one), read
         until ``ready`` accepts the chunks read so far, while vLLM is still generating it
         and has not run far ahead of what the client received: what a test of a client
-        disconnect needs. Returns the open stream, the scrape from before it and the try it
-        took.
+        disconnect needs (see :meth:`midway_events`)."""
+        client = self.client(base_url=base_url)
+
+        def start(attempt_tag: str) -> openai.Stream[ChatCompletionChunk]:
+            return client.chat.completions.create(
+                model=self.model,
+                messages=self.messages(attempt_tag),
+                max_tokens=MAX_TOKENS,
+                stream=True,
+                extra_headers=headers,
+            )
+
+        return self.midway_events(tag, start, ready, tries=tries)
+
+    def midway_events(
+        self,
+        tag: str,
+        start: Callable[[str], Any],
+        ready: Callable[[list[Any]], bool],
+        *,
+        tries: int = 3,
+    ) -> tuple[Any, VllmMetrics, int]:
+        """A streaming request started by ``start(tag)`` (an SDK stream: iterable, with
+        ``close()``), read until ``ready`` accepts the events read so far, while vLLM is
+        still generating it and has not run far ahead of what the client received. Returns
+        the open stream, the scrape from before it and the try it took.
 
         vLLM's CPU build sometimes generates hundreds or thousands of tokens before it
         delivers the first of them (see "How far below" above); a request can even run to
@@ -280,35 +322,78 @@ class Node:
         behind the same backlog. Such a try tests vLLM's backlog, not the disconnect, so it
         is closed, recorded in the run report, and the request is made again with a new
         message, up to ``tries`` times; then the test fails."""
-        client = self.client(base_url=base_url)
         seen: list[str] = []
         for attempt in range(1, tries + 1):
             before, _ = self.wait_idle(timeout=30.0)
-            stream = client.chat.completions.create(
-                model=self.model,
-                messages=self.messages(f"{tag}-{attempt}"),
-                max_tokens=MAX_TOKENS,
-                stream=True,
-                extra_headers=headers,
-            )
-            chunks: list[ChatCompletionChunk] = []
-            for chunk in stream:
-                chunks.append(chunk)
-                if ready(chunks):
+            stream = start(f"{tag}-{attempt}")
+            events: list[Any] = []
+            for event in stream:
+                events.append(event)
+                if ready(events):
                     break
             else:
-                seen.append(f"try {attempt}: the stream ended after {len(chunks)} chunks")
+                seen.append(f"try {attempt}: the stream ended after {len(events)} events")
                 continue
             now = self.metrics()
-            ahead = now.generation_tokens - before.generation_tokens - len(chunks)
+            ahead = now.generation_tokens - before.generation_tokens - len(events)
             if now.running == 1 and ahead <= _MIDWAY_AHEAD:
                 return stream, before, attempt
             stream.close()
             seen.append(f"try {attempt}: running={now.running:g}, vLLM {ahead:g} tokens ahead "
-                        f"of the {len(chunks)} chunks the client had")
+                        f"of the {len(events)} events the client had")
             report("vllm_ran_ahead", kind=self.kind, try_number=attempt, running=now.running,
-                   tokens_ahead=ahead, chunks=len(chunks))
+                   tokens_ahead=ahead, chunks=len(events))
         pytest.fail("vLLM ran ahead of its own stream in every try; " + "; ".join(seen))
+
+    # -- the coding-agent APIs (/v1/messages, /v1/responses) ---------------------------
+
+    wire = WIRE
+
+    def anthropic(self, via: str = "sidecar", base_url: str | None = None) -> anthropic.Anthropic:
+        """An Anthropic SDK client without retries (its base URL has no ``/v1``)."""
+        return anthropic.Anthropic(
+            base_url=base_url or self.url(via), api_key="e2e", max_retries=0, timeout=120.0
+        )
+
+    def agent_client(self, api: str, via: str = "sidecar", base_url: str | None = None) -> Any:
+        """The official SDK's resource for ``api``: ``messages`` (anthropic) or
+        ``responses`` (openai)."""
+        if api == "messages":
+            return self.anthropic(via, base_url).messages
+        return self.client(via, base_url).responses
+
+    def agent_turn(self, api: str, tag: str, max_tokens: int = MAX_TOKENS) -> dict[str, Any]:
+        """The body fields of a fresh one-turn request of ``api`` (see :meth:`messages`)."""
+        if api == "messages":
+            return {"messages": self.messages(tag), "max_tokens": max_tokens}
+        return {"input": self.messages(tag), "max_output_tokens": max_tokens}
+
+    def agent_raw(
+        self,
+        api: str,
+        via: str = "sidecar",
+        *,
+        base_url: str | None = None,
+        headers: dict[str, str] | None = None,
+        **body: Any,
+    ) -> RawAnswer:
+        """Send one request of ``api`` through its SDK and keep the answer byte for byte."""
+        body.setdefault("model", self.model)
+        resource = self.agent_client(api, via, base_url)
+        with resource.with_streaming_response.create(extra_headers=headers or {}, **body) as resp:
+            return RawAnswer(resp.status_code, {k.lower(): v for k, v in resp.headers.items()},
+                             resp.read())
+
+    def sidecar_metric(self, name: str, **labels: str) -> float:
+        """The sum of the main sidecar's samples of ``name`` that carry ``labels``."""
+        total = 0.0
+        for family in text_string_to_metric_families(_http_get(self.sidecar_metrics_url +
+                                                               "/metrics")):
+            for sample in family.samples:
+                if sample.name == name and all(sample.labels.get(k) == v
+                                               for k, v in labels.items()):
+                    total += sample.value
+        return total
 
     def stream(
         self,
