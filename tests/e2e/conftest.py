@@ -350,17 +350,28 @@ class Node:
     wire = WIRE
 
     def anthropic(self, via: str = "sidecar", base_url: str | None = None) -> anthropic.Anthropic:
-        """An Anthropic SDK client without retries (its base URL has no ``/v1``)."""
-        return anthropic.Anthropic(
-            base_url=base_url or self.url(via), api_key="e2e", max_retries=0, timeout=120.0
-        )
+        """An Anthropic SDK client without retries (its base URL has no ``/v1``), one per
+        base URL for the session (closed at its end, so no pooled connection is left to
+        the garbage collector)."""
+        url = base_url or self.url(via)
+        client = _AGENT_CLIENTS.get(("anthropic", url))
+        if client is None:
+            client = anthropic.Anthropic(base_url=url, api_key="e2e", max_retries=0,
+                                         timeout=120.0)
+            _AGENT_CLIENTS[("anthropic", url)] = client
+        return client
 
     def agent_client(self, api: str, via: str = "sidecar", base_url: str | None = None) -> Any:
         """The official SDK's resource for ``api``: ``messages`` (anthropic) or
-        ``responses`` (openai)."""
+        ``responses`` (openai); the clients are kept as :meth:`anthropic` keeps them."""
         if api == "messages":
             return self.anthropic(via, base_url).messages
-        return self.client(via, base_url).responses
+        url = base_url or self.url(via)
+        client = _AGENT_CLIENTS.get(("openai", url))
+        if client is None:
+            client = self.client(base_url=url)
+            _AGENT_CLIENTS[("openai", url)] = client
+        return client.responses
 
     def agent_turn(self, api: str, tag: str, max_tokens: int = MAX_TOKENS) -> dict[str, Any]:
         """The body fields of a fresh one-turn request of ``api`` (see :meth:`messages`)."""
@@ -426,6 +437,19 @@ class Node:
         body.setdefault("model", self.model)
         raw = client.chat.completions.with_raw_response.create(extra_headers=headers or {}, **body)
         return raw.parse(), {k.lower(): v for k, v in raw.headers.items()}
+
+
+#: The coding-agent APIs' SDK clients, by SDK and base URL (see ``Node.anthropic``).
+_AGENT_CLIENTS: dict[tuple[str, str], Any] = {}
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _close_agent_clients() -> Iterator[None]:
+    """Close the coding-agent APIs' SDK clients when the session ends."""
+    yield
+    for client in _AGENT_CLIENTS.values():
+        client.close()
+    _AGENT_CLIENTS.clear()
 
 
 def read_sse(lines: Iterator[str], result: StreamResult) -> None:
