@@ -48,6 +48,10 @@ class Exchange:
     thinking_tokens: int = 0
     content_tokens: int = 0
     ttfc_seen: bool = False
+    #: A streaming client has been written the end of its response (the last attempt's
+    #: end event): leaving after that (Codex closes on ``response.completed``, before the
+    #: upstream's end of body) is no disconnect.
+    delivered: bool = False
 
     @property
     def client_stream(self) -> bool:

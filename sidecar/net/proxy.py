@@ -406,9 +406,10 @@ class Proxy:
                 await sink.fail(err, splicer.error(err))
             return await sink.finish(ex)
         except asyncio.CancelledError:
-            ex.outcome = "client_disconnect"
-            self.metrics.client_disconnect(route)
-            self._reissue_done(ex, ladder.interrupted("client_disconnect"))
+            if not ex.delivered:  # (else ``_serve`` settled the exchange as it ended)
+                ex.outcome = "client_disconnect"
+                self.metrics.client_disconnect(route)
+                self._reissue_done(ex, ladder.interrupted("client_disconnect"))
             raise
         finally:
             self.metrics.stream_ended()
@@ -441,6 +442,12 @@ class Proxy:
             attempt = api.attempt(spec, facts, splicer, fold)
             try:
                 await self._attempt(request, ex, attempt, upstream, sink)
+            except asyncio.CancelledError:
+                if ex.delivered:
+                    # The client left once it had its response's end, before the upstream
+                    # ended the body: the exchange is counted as it ended.
+                    self._settle(ex, ladder, attempt)
+                raise
             except _UpstreamStatus as st:
                 if number == 0:
                     ex.upstream_status = st.status
@@ -453,23 +460,8 @@ class Proxy:
             except UpstreamError as err:
                 await self._fail(ex, ladder.after(Ended(failed=err.kind)), err, splicer, sink)
                 return
-            ex.thinking_tokens += attempt.thinking_tokens
-            ex.content_tokens += attempt.content_tokens
-            if attempt.first_content_at is not None and not ex.ttfc_seen:
-                ex.ttfc_seen = True
-                self.metrics.observe_ttfc(ex.model, attempt.first_content_at - ex.started)
+            nxt = self._settle(ex, ladder, attempt)
             verdict = attempt.verdict
-            nxt = ladder.after(Ended(runaway=verdict is not None,
-                                     stream_error=attempt.error is not None,
-                                     finished=attempt.finished_choices))
-            if nxt.record_verdict:
-                assert verdict is not None
-                self._record_verdict(ex, attempt, verdict)
-            if nxt.outcome is not None:
-                ex.outcome = nxt.outcome
-            self._reissue_done(ex, nxt.reissue)
-            if nxt.upstream_error is not None:
-                self.metrics.upstream_error(nxt.upstream_error)
             if nxt.kind == "done":
                 if nxt.outcome == "upstream_error" and attempt.error is not None:
                     if not ex.client_stream:
@@ -512,6 +504,28 @@ class Proxy:
             await sink.write(splicer.cut(attempt, verdict, action, number, nxt.open_choices,
                                          wall=time.time()))
             await self._remember_marks(splicer, loop.time())
+
+    def _settle(self, ex: Exchange, ladder: Ladder, attempt: Attempt) -> Next:
+        """Book an attempt that ended: its tokens and verdict, the exchange's outcome and
+        how a reissue went; return what the ladder says comes next."""
+        ex.thinking_tokens += attempt.thinking_tokens
+        ex.content_tokens += attempt.content_tokens
+        if attempt.first_content_at is not None and not ex.ttfc_seen:
+            ex.ttfc_seen = True
+            self.metrics.observe_ttfc(ex.model, attempt.first_content_at - ex.started)
+        verdict = attempt.verdict
+        nxt = ladder.after(Ended(runaway=verdict is not None,
+                                 stream_error=attempt.error is not None,
+                                 finished=attempt.finished_choices))
+        if nxt.record_verdict:
+            assert verdict is not None
+            self._record_verdict(ex, attempt, verdict)
+        if nxt.outcome is not None:
+            ex.outcome = nxt.outcome
+        self._reissue_done(ex, nxt.reissue)
+        if nxt.upstream_error is not None:
+            self.metrics.upstream_error(nxt.upstream_error)
+        return nxt
 
     async def _remember_marks(self, splicer: Splicer, now: float) -> None:
         """Keep the marks of what a cut left with the client (``Splicer.marks``), so that
@@ -592,6 +606,8 @@ class Proxy:
                                     await sink.write(out)
                                     writing = False
                                 del out
+                                if attempt.done and ex.client_stream:
+                                    ex.delivered = True  # the client has its stream's end
                                 # ``stopped`` is a property: no call while there is no verdict.
                                 if attempt.verdict is not None and attempt.stopped:
                                     break
