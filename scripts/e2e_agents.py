@@ -449,8 +449,10 @@ class Driver:
     def run_agent(self, agent: Agent, node: Node, *, via: str, timeout: float,
                   label: str) -> dict[str, Any]:
         """Run ``agent`` once against ``node`` (``via`` ``sidecar`` or ``vllm``); return
-        its output and figures. The network check runs here: a run that reached any
-        non-loopback address fails."""
+        its output and figures: ``seconds`` until it exited, ``answer_seconds`` until the
+        model's answer first showed in its output (None: never; an agent may go on
+        working after it, Qwen Code's memory extraction for one). The network check runs
+        here: a run that reached any non-loopback address fails."""
         base_url = node.sidecar_url if via == "sidecar" else node.vllm_url
         assert base_url is not None
         run_dir = self.logs / label
@@ -472,23 +474,31 @@ class Driver:
         vllm_offset = node.vllm_log.stat().st_size
         sidecar_offset = node.sidecar_log.stat().st_size if node.sidecar_log else 0
         stdout, stderr = run_dir / "stdout.txt", run_dir / "stderr.txt"
+        answer = self.answer(node.kind).encode()
+        answer_seconds: float | None = None
         start = time.monotonic()
         with stdout.open("wb") as out, stderr.open("wb") as err:
             proc = subprocess.Popen(argv, stdout=out, stderr=err, stdin=subprocess.DEVNULL,
                                     env=env, cwd=work, start_new_session=True)
             self.procs.running.append(proc)
             timed_out = False
-            try:
-                proc.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                timed_out = True
+            while proc.poll() is None:
+                if answer_seconds is None and answer in stdout.read_bytes():
+                    answer_seconds = time.monotonic() - start
+                if time.monotonic() - start > timeout:
+                    timed_out = True
+                    break
+                time.sleep(0.1)
             seconds = time.monotonic() - start
             self.procs.stop(proc, grace=5.0)
+        if answer_seconds is None and answer in stdout.read_bytes():
+            answer_seconds = seconds
         after, idle_wait = wait_idle(node.vllm_url, node.model, metrics, seconds=10.0)
         text = stdout.read_text(errors="replace")
         result: dict[str, Any] = {
             "run": label, "agent": agent.name, "version": agent.version, "model": node.model,
             "via": via, "prompts": self.prompts, "seconds": round(seconds, 2),
+            "answer_seconds": None if answer_seconds is None else round(answer_seconds, 2),
             "timed_out": timed_out, "exit_status": proc.returncode,
             "generation_tokens": after.generated - before.generated,
             "prompt_tokens": after.prompt - before.prompt,
