@@ -6,10 +6,12 @@ and one sidecar in front of each, then runs ``pytest -m vllm`` with their addres
 Every test here is marked ``vllm`` and so deselected by a plain ``pytest`` run; selected
 without those variables, a test fails and says how to run it (it never skips).
 
-Clients are the official ``openai`` SDK. Streams are read line by line through the SDK's
+Clients are the official ``openai`` SDK (chat completions, completions, ``/v1/responses``)
+and the official ``anthropic`` SDK (``/v1/messages``). Streams are read through the SDK's
 ``with_streaming_response`` so that SSE comments (``: runaway ...``) stay visible, and every
-data event is validated as an SDK ``ChatCompletionChunk``. vLLM's own ``/metrics`` is the
-witness for what happened upstream (requests running, tokens generated).
+data event is validated as the SDK's type (``ChatCompletionChunk``; for the coding-agent APIs
+see ``agent_wire.py``). vLLM's own ``/metrics`` is the witness for what happened upstream
+(requests running, tokens generated, prompt tokens).
 
 How far below ``max_tokens`` a cut lands is bounded loosely on purpose. The sidecar reads
 the verdict within a few hundred tokens (the runaway log's ``tokens``), but the CPU build of
