@@ -80,9 +80,12 @@ LAYERS = 8
 # as Qwen3 does) and, like Qwen3, re-renders an assistant message that carries </think> as
 # "<think>\n{reasoning}\n</think>\n\n{content}", which is what the salvage step relies on.
 # An assistant message with its reasoning in a field of its own (vLLM passes an Anthropic
-# thinking block or a Responses reasoning item of the history as ``reasoning_content``) is
-# rendered the same way, as Qwen3 does for the turns of the current tool loop (this template
-# does it for every turn): the history-cleaning tests read the prompt's size.
+# thinking block or a Responses reasoning item of the history as ``reasoning``, and as
+# ``reasoning_content``) is rendered the same way, as Qwen3 does for the turns of the current
+# tool loop (this template does it for every turn): the history-cleaning tests read the
+# prompt's size. The template reads ``reasoning``: with ``reasoning_content`` named in it,
+# llama.cpp's answers lost the "\n\n" they start with (all its e2e suite's answer checks
+# failed), so llama.cpp handles such a template differently.
 CHAT_TEMPLATE = (
     "{%- for message in messages -%}"
     "{%- set content = message['content'] if message['content'] is string else '' -%}"
@@ -91,8 +94,8 @@ CHAT_TEMPLATE = (
     "{%- set answer = content.split('</think>')[-1].lstrip('\\n') -%}"
     "{{- '<|im_start|>assistant\\n<think>\\n' + reasoning + '\\n</think>\\n\\n' + answer"
     " + '<|im_end|>\\n' -}}"
-    "{%- elif message['role'] == 'assistant' and message['reasoning_content'] is string -%}"
-    "{{- '<|im_start|>assistant\\n<think>\\n' + message['reasoning_content'].strip('\\n')"
+    "{%- elif message['role'] == 'assistant' and message['reasoning'] is string -%}"
+    "{{- '<|im_start|>assistant\\n<think>\\n' + message['reasoning'].strip('\\n')"
     " + '\\n</think>\\n\\n' + content + '<|im_end|>\\n' -}}"
     "{%- else -%}"
     "{{- '<|im_start|>' + message['role'] + '\\n' + content + '<|im_end|>\\n' -}}"
@@ -310,7 +313,7 @@ def _verify(kind: str, hf: Any, model: Any, expected: dict[str, list[int]]) -> N
     }
     assert prompts["on"].endswith("<|im_start|>assistant\n"), prompts["on"]
     # A history's reasoning in its own field is part of the prompt (see CHAT_TEMPLATE).
-    turn = [*user, {"role": "assistant", "content": "Fix.", "reasoning_content": "Let me look."},
+    turn = [*user, {"role": "assistant", "content": "Fix.", "reasoning": "Let me look."},
             {"role": "user", "content": "Thanks."}]
     rendered = hf.apply_chat_template(turn, add_generation_prompt=True, tokenize=False)
     assert "<think>\nLet me look.\n</think>\n\nFix.<|im_end|>" in rendered, rendered
