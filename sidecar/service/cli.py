@@ -127,10 +127,14 @@ def build_parser() -> argparse.ArgumentParser:
 
     demo = sub.add_parser("demo", help="show a runaway being cut and answered",
                           description="Start the simulator and the sidecar in one process, "
-                          "send a runaway request through the official openai SDK, and "
-                          "print what happened.")
+                          "send a runaway request through an official SDK (openai for chat "
+                          "and responses, anthropic for messages), and print what happened.")
     demo.add_argument("--tokens-per-second", type=float, default=65.0, metavar="N")
     demo.add_argument("--max-tokens", type=int, default=8192, metavar="N")
+    demo.add_argument("--api", default="chat", choices=("chat", "messages", "responses"),
+                      help="the wire API of the request: chat (/v1/chat/completions, the "
+                      "default), messages (Anthropic /v1/messages, as Claude Code sends it) "
+                      "or responses (OpenAI /v1/responses, as Codex sends it)")
     return parser
 
 
@@ -148,7 +152,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             from sidecar.service.demo import run_demo
 
             return run_demo(tokens_per_second=args.tokens_per_second,
-                            max_tokens=args.max_tokens, out=sys.stdout)
+                            max_tokens=args.max_tokens, out=sys.stdout, api=args.api)
     except ConfigError as exc:
         print(f"{PROG}: config error: {exc}", file=sys.stderr)
         return 2
