@@ -9,12 +9,17 @@ Run from the repository root::
     .venv/bin/python -m benchmarks.floor --kind parsing-lean --listen 127.0.0.1:8103 \\
         --upstream http://127.0.0.1:8001
 
-- ``passthrough``: relays ``POST /v1/chat/completions`` and ``/v1/completions``, status,
-  content type and body bytes as they arrive. Nothing else.
+- ``passthrough``: relays ``POST /v1/chat/completions``, ``/v1/completions``,
+  ``/v1/messages`` and ``/v1/responses``: status, content type and body bytes as they
+  arrive. Nothing else.
 - ``parsing``: the same, and also splits the body into SSE events (LF framing, as vLLM
-  sends), ``orjson.loads`` each ``data:`` payload and reads the delta text of every
-  choice, then forwards the original bytes of the completed events. This is the least
-  work any stream-watching proxy has to do.
+  sends), ``orjson.loads`` each ``data:`` payload and reads its delta text, then forwards
+  the original bytes of the completed events. This is the least work any stream-watching
+  proxy has to do. The delta text is read in the format of the route: every choice's
+  ``delta`` (or ``text``) on chat completions and completions; a ``content_block_delta``'s
+  ``thinking``, ``text`` or ``partial_json`` on Anthropic's ``/v1/messages``; the string
+  ``delta`` of a ``response.*.delta`` event on OpenAI's ``/v1/responses`` (whose events,
+  like Anthropic's, carry an ``event:`` line before their ``data:`` line).
 - ``parsing-lean``: ``parsing`` reading the upstream the way the sidecar's watched
   requests do (``sidecar.net.upstream``: HTTP/1.1 on plain asyncio connections) instead of
   through aiohttp's client. Against it, the sidecar's ratio is the cost of its watching
@@ -64,11 +69,43 @@ def delta_text(obj: Any) -> int:
     return n
 
 
-def parse_events(buf: bytes, chunk: bytes) -> tuple[bytes, bytes, int]:
+def messages_delta_text(obj: Any) -> int:
+    """The characters of delta text one parsed Anthropic Messages event carries: a
+    ``content_block_delta``'s thinking, text or tool-call JSON."""
+    if not isinstance(obj, dict) or obj.get("type") != "content_block_delta":
+        return 0
+    delta = obj.get("delta")
+    if not isinstance(delta, dict):
+        return 0
+    for key in ("thinking", "text", "partial_json"):
+        text = delta.get(key)
+        if isinstance(text, str):
+            return len(text)
+    return 0
+
+
+def responses_delta_text(obj: Any) -> int:
+    """The characters of delta text one parsed OpenAI Responses event carries: the string
+    ``delta`` of a ``response.*.delta`` event (reasoning, output text, tool arguments)."""
+    if not isinstance(obj, dict):
+        return 0
+    text = obj.get("delta")
+    return len(text) if isinstance(text, str) else 0
+
+
+Reader = Callable[[Any], int]
+#: The delta reader of each route the floors serve.
+READERS: dict[str, Reader] = {"/v1/chat/completions": delta_text, "/v1/completions": delta_text,
+                              "/v1/messages": messages_delta_text,
+                              "/v1/responses": responses_delta_text}
+
+
+def parse_events(buf: bytes, chunk: bytes, read: Reader = delta_text) -> tuple[bytes, bytes, int]:
     """The parsing floor's work on one read: ``chunk`` appended to ``buf`` (the unfinished
-    event so far) is cut after its last ``\n\n``; each completed ``data:`` payload is
-    parsed and its delta text read. Returns the completed events' original bytes (empty
-    while no event is complete), the new unfinished rest, and the characters read."""
+    event so far) is cut after its last ``\n\n``; each completed event's ``data:`` payload
+    (its one data line, first or after an ``event:`` line) is parsed and its delta text
+    read by ``read``. Returns the completed events' original bytes (empty while no event
+    is complete), the new unfinished rest, and the characters read."""
     buf = buf + chunk if buf else chunk
     end = buf.rfind(b"\n\n")
     if end < 0:
@@ -76,18 +113,24 @@ def parse_events(buf: bytes, chunk: bytes) -> tuple[bytes, bytes, int]:
     done, rest = buf[: end + 2], buf[end + 2 :]
     chars = 0
     for event in done.split(b"\n\n"):
-        if event.startswith(b"data: ") and event != b"data: [DONE]":
-            chars += delta_text(orjson.loads(event[6:]))
+        if event.startswith(b"data: "):
+            if event != b"data: [DONE]":
+                chars += read(orjson.loads(event[6:]))
+        else:
+            at = event.find(b"\ndata: ")
+            if at >= 0:
+                chars += read(orjson.loads(event[at + 7 :]))
     return done, rest, chars
 
 
 async def relay_parsed(read: Callable[[], Awaitable[bytes]],
-                       resp: web.StreamResponse) -> None:
-    """The parsing floors' loop: each read goes through :func:`parse_events` and the
-    completed events are written; the rest and the end follow the last read."""
+                       resp: web.StreamResponse, reader: Reader = delta_text) -> None:
+    """The parsing floors' loop: each read goes through :func:`parse_events` (with the
+    route's delta ``reader``) and the completed events are written; the rest and the end
+    follow the last read."""
     buf = b""
     while chunk := await read():
-        done, buf, _chars = parse_events(buf, chunk)
+        done, buf, _chars = parse_events(buf, chunk, reader)
         if done:
             await resp.write(done)
     if buf:
@@ -112,11 +155,11 @@ def make_lean_app(upstream: str) -> web.Application:
             resp = web.StreamResponse(status=up.status)
             resp.content_type = up.headers.get("Content-Type", "").split(";")[0] or "text/plain"
             await resp.prepare(request)
-            await relay_parsed(up.readany, resp)
+            await relay_parsed(up.readany, resp, READERS[request.path])
             return resp
 
-    app.router.add_post("/v1/chat/completions", handle)
-    app.router.add_post("/v1/completions", handle)
+    for path in READERS:
+        app.router.add_post(path, handle)
     return app
 
 
@@ -148,11 +191,11 @@ def make_app(upstream: str, *, parsing: bool, read_timeout: float = 120.0) -> we
                     await resp.write(chunk)
                 await resp.write_eof()
             else:
-                await relay_parsed(reader.readany, resp)
+                await relay_parsed(reader.readany, resp, READERS[request.path])
             return resp
 
-    app.router.add_post("/v1/chat/completions", handle)
-    app.router.add_post("/v1/completions", handle)
+    for path in READERS:
+        app.router.add_post(path, handle)
     return app
 
 

@@ -1,4 +1,4 @@
-"""Load generator: C concurrent streaming chat requests against one base URL.
+"""Load generator: C concurrent streaming requests against one base URL.
 
 Run from the repository root, e.g. against a sidecar on :8000 in front of a simulator
 paced at 50 tok/s::
@@ -7,7 +7,9 @@ paced at 50 tok/s::
         --concurrency 256 --duration 10 --rate 50
 
 Each of the C workers sends ``POST /v1/chat/completions`` (``stream: true``,
-``max_tokens``) and reads the stream to its end, then starts the next one, until
+``max_tokens``; ``--api messages``: Anthropic's ``POST /v1/messages``, ``--api
+responses``: OpenAI's ``POST /v1/responses`` with ``max_output_tokens``) and reads the
+stream to its end, then starts the next one, until
 ``duration`` seconds have passed; streams still open then are read to their end (bounded
 by ``max_tokens`` and a hard deadline). Worker starts are spread over the first pacing
 interval's worth of a ramp so the streams do not tick in lockstep.
@@ -21,15 +23,17 @@ Reported (``LoadResult``):
 - ``late_p99_ms``: how far behind its own schedule (first event + k / rate) a stream's
   k-th event arrived, worst 1 % of events; only for paced runs;
 - ``ttfb_p50_ms`` / ``ttfb_p99_ms``: request sent to first body byte;
-- ``errors``: non-200 answers, exceptions, streams that ended without ``[DONE]``;
+- ``errors``: non-200 answers, exceptions, streams that ended without their end event
+  (``[DONE]``, ``message_stop``, ``response.completed`` or ``response.incomplete``);
 - ``events_per_read``: events per client read that carried one; 1.0 means every
   event travelled on its own (a paced load that is held), more means coalescing
   somewhere (the machine or a proxy fell behind, and per-chunk CPU looks cheaper);
-- ``spliced``: streams in which the sidecar wrote its ``: runaway-sidecar`` comment
-  (a detector fired on healthy text: a false positive, should be 0).
+- ``spliced``: streams in which the sidecar wrote its ``: runaway detector=...`` comment
+  (a detector fired; on healthy text a false positive, should be 0).
 
 The event count is the number of blank-line boundaries (``\\n\\n``), which is exact for
-vLLM's LF-only framing, including boundaries split across reads.
+vLLM's LF-only framing, including boundaries split across reads. On every API one token
+is one event (Messages and Responses events carry an ``event:`` line as well).
 """
 
 from __future__ import annotations
@@ -41,11 +45,30 @@ import json
 import math
 import time
 from dataclasses import asdict, dataclass, field
+from typing import Any, Literal, get_args
 
 import aiohttp
 
-DONE = b"data: [DONE]"
-SPLICE = b": runaway-sidecar"
+Api = Literal["chat", "messages", "responses"]
+"""The wire APIs the load can drive."""
+APIS: tuple[Api, ...] = get_args(Api)
+PATHS: dict[Api, str] = {"chat": "/v1/chat/completions", "messages": "/v1/messages",
+                         "responses": "/v1/responses"}
+#: What the last event of a complete stream starts with, per API.
+ENDS: dict[Api, tuple[bytes, ...]] = {
+    "chat": (b"data: [DONE]",), "messages": (b"event: message_stop",),
+    "responses": (b"event: response.completed", b"event: response.incomplete")}
+#: The start of the SSE comment the sidecar writes where it cut a stream (every API).
+SPLICE = b": runaway detector="
+
+
+def request_body(api: Api, model: str, max_tokens: int, prompt: str) -> dict[str, Any]:
+    """A streaming request of ``api`` (what the load's workers send)."""
+    if api == "responses":
+        return {"model": model, "stream": True, "max_output_tokens": max_tokens,
+                "input": prompt}
+    return {"model": model, "stream": True, "max_tokens": max_tokens,
+            "messages": [{"role": "user", "content": prompt}]}
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +85,7 @@ class LoadSpec:
     ramp: float | None = None  # seconds over which worker starts are spread
     grace: float = 30.0  # hard deadline after ``duration`` for streams still open
     api_key: str | None = None  # sent as a bearer token (LiteLLM requires one)
+    api: Api = "chat"  # the wire API each stream takes
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,7 +142,8 @@ async def _one_stream(session: aiohttp.ClientSession, spec: LoadSpec, body: byte
     headers = {"Content-Type": "application/json"}
     if spec.api_key:
         headers["Authorization"] = f"Bearer {spec.api_key}"
-    async with session.post(spec.url + "/v1/chat/completions", data=body,
+    ends = ENDS[spec.api]
+    async with session.post(spec.url + PATHS[spec.api], data=body,
                             headers=headers) as resp:
         if resp.status != 200:
             text = (await resp.read())[:200]
@@ -138,11 +163,13 @@ async def _one_stream(session: aiohttp.ClientSession, spec: LoadSpec, body: byte
             if first is None:
                 first = last = now
                 acc.ttfb.append(now - sent)
-            n = (prev_tail + data).count(b"\n\n")
-            prev_tail = data[-1:]
-            if not saw_done and DONE in data:
+            n = (prev_tail[-1:] + data).count(b"\n\n")
+            # Enough of the previous read that a marker split across two reads is found.
+            joined = prev_tail + data
+            prev_tail = data[-32:]
+            if not saw_done and any(end in joined for end in ends):
                 saw_done = True
-            if not saw_splice and SPLICE in data:
+            if not saw_splice and SPLICE in joined:
                 saw_splice = True
             if n == 0:
                 continue
@@ -163,7 +190,7 @@ async def _one_stream(session: aiohttp.ClientSession, spec: LoadSpec, body: byte
             index += n
             last = now
         if not saw_done:
-            raise RuntimeError("stream ended without [DONE]")
+            raise RuntimeError(f"stream ended without {ends[0].decode()}")
         acc.late.extend(off - min_offset for off in offsets)
         acc.spliced += saw_splice
         acc.streams += 1
@@ -190,10 +217,8 @@ async def run_load(spec: LoadSpec, ramped: asyncio.Event | None = None) -> LoadR
         i = 0
         while loop.time() < stop_at and budget[0] > 0:
             budget[0] -= 1
-            body = json.dumps({
-                "model": spec.model, "stream": True, "max_tokens": spec.max_tokens,
-                "messages": [{"role": "user", "content": f"load {wid} {i}"}],
-            }).encode()
+            body = json.dumps(request_body(spec.api, spec.model, spec.max_tokens,
+                                           f"load {wid} {i}")).encode()
             i += 1
             try:
                 await _one_stream(session, spec, body, acc, window)
@@ -258,13 +283,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-tokens", type=int, default=300)
     parser.add_argument("--max-streams", type=int, default=100_000)
     parser.add_argument("--model", default="sim-healthy")
+    parser.add_argument("--api", choices=APIS, default="chat",
+                        help="chat (/v1/chat/completions, default), messages (/v1/messages) "
+                        "or responses (/v1/responses)")
     args = parser.parse_args(argv)
     if not args.url.startswith(("http://127.", "http://localhost")):
         parser.error("loopback URLs only")
     install_uvloop()
     spec = LoadSpec(url=args.url.rstrip("/"), concurrency=args.concurrency,
                     duration=args.duration, rate=args.rate, max_tokens=args.max_tokens,
-                    model=args.model, max_streams=args.max_streams)
+                    model=args.model, max_streams=args.max_streams, api=args.api)
     result = asyncio.run(run_load(spec))
     print(json.dumps(asdict(result), indent=2))
     return 1 if result.errors else 0

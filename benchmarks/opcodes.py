@@ -3,7 +3,7 @@
 Run from the repository root::
 
     .venv/bin/python -m benchmarks.opcodes [--configs parsing,enforce] [--streams 8]
-        [--duration 8] [--baseline DIR] [--top 12]
+        [--duration 8] [--baseline DIR] [--top 12] [--api chat|messages|responses]
 
 Each proxy runs under ``benchmarks/traced.py``, which counts every Python bytecode
 instruction the process executes, by function: aiohttp's and the standard library's as
@@ -38,7 +38,7 @@ from pathlib import Path
 import orjson
 
 from benchmarks import procs
-from benchmarks.loadgen import LoadResult, LoadSpec, install_uvloop, run_load
+from benchmarks.loadgen import APIS, LoadResult, LoadSpec, install_uvloop, run_load
 from benchmarks.procs import ROOT, Proc, running
 from benchmarks.run import _setup
 
@@ -78,10 +78,10 @@ async def measure(name: str, sim: Proc, args: argparse.Namespace) -> tuple[LoadR
     proc = traced(_setup(sim, [name], None, args.baseline)[0], out)
     with running([proc], args.logs):
         await run_load(LoadSpec(proc.url, args.streams, 2.0, args.rate,
-                                max_tokens=args.max_tokens))
+                                max_tokens=args.max_tokens, api=args.api))
         _window(proc, out)  # the warm-up's counts, dropped
         result = await run_load(LoadSpec(proc.url, args.streams, args.duration, args.rate,
-                                         max_tokens=args.max_tokens))
+                                         max_tokens=args.max_tokens, api=args.api))
         counts = _window(proc, out)
     return result, counts
 
@@ -123,6 +123,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="tokens per second of each stream (default 50)")
     parser.add_argument("--max-tokens", type=int, default=300,
                         help="tokens per request, as in paced (default 300)")
+    parser.add_argument("--api", choices=APIS, default="chat",
+                        help="the wire API of the load: chat (default), messages "
+                        "(/v1/messages) or responses (/v1/responses)")
     parser.add_argument("--top", type=int, default=12,
                         help="functions listed per configuration (default 12)")
     parser.add_argument("--baseline", type=Path, metavar="DIR",

@@ -5,6 +5,8 @@ loopback ports; logs go to ``--logs``)::
 
     .venv/bin/python -m benchmarks.run paced --concurrency 256 --rate 50 --duration 10 --reps 3
     .venv/bin/python -m benchmarks.run paced --concurrency 64 --rate 0 --duration 6 --reps 3
+    .venv/bin/python -m benchmarks.run paced -c 256 --rate 50 --api messages \
+        --configs parsing-lean,enforce
     .venv/bin/python -m benchmarks.run ttfb --requests 60 --reps 3
     .venv/bin/python -m benchmarks.run memory --streams 1000
     .venv/bin/python -m benchmarks.run workers --rate 50 --loads 128,256,384,512,640
@@ -20,7 +22,10 @@ Suites:
   is reported too; ``parsing-noread``: the parsing floor without aiohttp's per-read
   ``sock_read`` timer; ``parsing-lean``: the parsing floor reading the upstream through
   the sidecar's own watched-request client), in the order A B C ... A B C ... for
-  ``reps`` repetitions. Per run: the proxy's CPU seconds per 1,000 chunks (its
+  ``reps`` repetitions. ``--api messages`` or ``--api responses`` sends every stream to
+  Anthropic's ``/v1/messages`` or OpenAI's ``/v1/responses`` instead of chat
+  completions (the floors read each API's own events). Per run: the proxy's CPU seconds
+  per 1,000 chunks (its
   ``/proc`` CPU time delta over the run divided by the chunks the client received) and
   the kernel's part of them,
   throughput, inter-chunk gap and lateness percentiles, errors. Table: medians.
@@ -63,7 +68,7 @@ from typing import Any
 import aiohttp
 
 from benchmarks import cpuquota, procs
-from benchmarks.loadgen import LoadSpec, install_uvloop, run_load
+from benchmarks.loadgen import APIS, LoadSpec, install_uvloop, run_load
 from benchmarks.procs import Proc, cpu_by_process, cpu_seconds, rss_bytes, running, total_times
 
 CONFIGS = ("direct", "passthrough", "parsing", "shadow", "enforce")
@@ -176,14 +181,16 @@ async def paced(args: argparse.Namespace) -> dict[str, Any]:
             for name in names:
                 url = by_name[name].url if name in by_name else sim.url
                 await run_load(LoadSpec(url, 4, 1.0, args.rate, max_tokens=20, ramp=0,
-                                        api_key=LITELLM_KEY if name == "litellm" else None))
+                                        api_key=LITELLM_KEY if name == "litellm" else None,
+                                        api=args.api))
             rows: dict[str, list[dict[str, Any]]] = {n: [] for n in names}
             for rep in range(args.reps):
                 for name in names:
                     proxy = by_name.get(name)
                     spec = LoadSpec(proxy.url if proxy else sim.url, args.concurrency,
                                     args.duration, args.rate, max_tokens=args.max_tokens,
-                                    api_key=LITELLM_KEY if name == "litellm" else None)
+                                    api_key=LITELLM_KEY if name == "litellm" else None,
+                                    api=args.api)
                     row = await _measured(spec, proxy, sim)
                     rows[name].append(row)
                     print(f"rep {rep} {name}: {row['chunks_per_s']:.0f} chunks/s, "
@@ -193,8 +200,8 @@ async def paced(args: argparse.Namespace) -> dict[str, Any]:
                           + (f", busiest process {row['proxy_busiest_share']:.0%} of its CPU"
                              if (row["proxy_busiest_share"] or 1.0) < 1.0 else ""), flush=True)
                     await asyncio.sleep(1.0)
-    _print_rows(f"paced: C={args.concurrency} x {args.rate} tok/s, {args.duration}s, "
-                f"{args.reps} reps (medians)", rows, [
+    _print_rows(f"paced: {args.api}, C={args.concurrency} x {args.rate} tok/s, "
+                f"{args.duration}s, {args.reps} reps (medians)", rows, [
                     ("chunks/s", "chunks_per_s", "{:.0f}"),
                     ("offered/s", "offered_per_s", "{:.0f}"),
                     ("proxy CPU s / 1k chunks", "proxy_cpu_per_1k", "{:.4f}"),
@@ -207,11 +214,14 @@ async def paced(args: argparse.Namespace) -> dict[str, Any]:
                     ("errors", "errors", "{:.0f}"),
                     ("spliced", "spliced", "{:.0f}"),
                 ])
-    base = rows.get("parsing")
-    if base:
-        print("\nratios to the bare parsing proxy (per repetition, then median):")
+    for floor, title in (("parsing", "the bare parsing proxy"),
+                         ("parsing-lean", "the lean parsing proxy (parsing-lean)")):
+        base = rows.get(floor)
+        if not base:
+            continue
+        print(f"\nratios to {title} (per repetition, then median):")
         for name, runs in rows.items():
-            if name == "direct":
+            if name in ("direct", floor):
                 continue
             ratio = [r["proxy_cpu_per_1k"] / b["proxy_cpu_per_1k"]
                      for r, b in zip(runs, base, strict=True) if b["proxy_cpu_per_1k"]]
@@ -243,7 +253,8 @@ async def ttfb(args: argparse.Namespace) -> dict[str, Any]:
                     proxy = by_name.get(name)
                     spec = LoadSpec(proxy.url if proxy else sim.url, 1, 60.0, args.rate,
                                     max_tokens=2, max_streams=args.requests, ramp=0,
-                                    api_key=LITELLM_KEY if name == "litellm" else None)
+                                    api_key=LITELLM_KEY if name == "litellm" else None,
+                                    api=args.api)
                     result = await run_load(spec)
                     if rep:
                         rows[name].append(asdict(result))
@@ -503,10 +514,15 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("paced", parents=[common])
     p.add_argument("--concurrency", "-c", type=int, default=256)
     p.add_argument("--reps", type=int, default=3)
+    p.add_argument("--api", choices=APIS, default="chat",
+                   help="the wire API of every stream: chat (default), messages "
+                   "(Anthropic /v1/messages) or responses (OpenAI /v1/responses)")
     p.set_defaults(func=paced)
     p = sub.add_parser("ttfb", parents=[common])
     p.add_argument("--requests", type=int, default=60)
     p.add_argument("--reps", type=int, default=3)
+    p.add_argument("--api", choices=APIS, default="chat",
+                   help="the wire API of every request (as for paced)")
     p.set_defaults(func=ttfb)
     p = sub.add_parser("memory", parents=[common])
     p.add_argument("--streams", type=int, default=1000)
@@ -534,6 +550,9 @@ def main(argv: list[str] | None = None) -> int:
                         "(see benchmarks/cpuquota.py)")
     p.set_defaults(func=workers, duration=8.0)
     args = parser.parse_args(argv)
+    if getattr(args, "api", "chat") != "chat" and (
+            args.litellm is not None or "litellm" in args.configs.split(",")):
+        parser.error("the litellm configuration is set up for chat completions only")
     install_uvloop()
     started = time.time()
 

@@ -21,10 +21,11 @@ from pathlib import Path
 import pytest
 from aiohttp.test_utils import TestServer
 
-from benchmarks import cpuquota, hotpath, native
+from benchmarks import cpuquota, hotpath, native, time_to_answer
+from benchmarks.floor import READERS, parse_events
 from benchmarks.floor import make_app as make_floor_app
 from benchmarks.floor import make_lean_app as make_lean_floor_app
-from benchmarks.loadgen import LoadResult, LoadSpec, percentile, run_load
+from benchmarks.loadgen import APIS, Api, LoadResult, LoadSpec, percentile, run_load
 from benchmarks.procs import Proc, cpu_by_process, cpu_seconds, cpu_times, descendants
 from benchmarks.run import _ANSWER_TOKENS, _answer_trace, _hold_idle, _prompt, _serving_pids
 from benchmarks.separation import copied, hedging, stalled_vocabulary
@@ -58,20 +59,23 @@ def _check(result: LoadResult) -> None:
         assert value >= 0
 
 
-async def test_loadgen_through_sidecar(stack: Stack) -> None:
-    """Two paced streams for about a second through the sidecar finish cleanly, and
-    the load says when its ramp is over (every worker started)."""
+@pytest.mark.parametrize("api", APIS)
+async def test_loadgen_through_sidecar(stack: Stack, api: Api) -> None:
+    """Two paced streams for about a second through the sidecar finish cleanly on every
+    wire API the load drives, and the load says when its ramp is over (every worker
+    started)."""
     ramped = asyncio.Event()
     result = await run_load(LoadSpec(stack.url, concurrency=2, duration=1.0, rate=50.0,
-                                     max_tokens=30, grace=20.0), ramped)
+                                     max_tokens=30, grace=20.0, api=api), ramped)
     _check(result)
     assert ramped.is_set()
 
 
-@pytest.mark.parametrize("lean", [False, True])
-async def test_loadgen_through_parsing_floor(stack: Stack, lean: bool) -> None:
+@pytest.mark.parametrize(("lean", "api"), [(False, "chat"), (True, "chat"),
+                                           (True, "messages"), (True, "responses")])
+async def test_loadgen_through_parsing_floor(stack: Stack, lean: bool, api: Api) -> None:
     """The bare parsing proxy of the benchmark relays complete streams too, on aiohttp's
-    client and on the sidecar's (``parsing-lean``)."""
+    client and on the sidecar's (``parsing-lean``), and on every wire API."""
     app = (make_lean_floor_app(stack.sim_url) if lean else
            make_floor_app(stack.sim_url, parsing=True))
     floor = TestServer(app, host="127.0.0.1")
@@ -79,10 +83,72 @@ async def test_loadgen_through_parsing_floor(stack: Stack, lean: bool) -> None:
     try:
         url = str(floor.make_url("")).rstrip("/")
         result = await run_load(LoadSpec(url, concurrency=2, duration=1.0, rate=50.0,
-                                         max_tokens=20, grace=20.0))
+                                         max_tokens=20, grace=20.0, api=api))
     finally:
         await floor.close()
     _check(result)
+
+
+@pytest.mark.parametrize("api", APIS)
+async def test_loadgen_counts_the_streams_the_sidecar_cut(api: Api) -> None:
+    """A looping stream through the sidecar is cut and spliced on every API, and the load
+    counts it as spliced (the sidecar's ``: runaway`` comment) with no error."""
+    s = await start_stack(0.0, mode="enforce")
+    try:
+        result = await run_load(LoadSpec(s.url, concurrency=1, duration=0.1, rate=0.0,
+                                         max_tokens=2000, model="sim-loop", max_streams=1,
+                                         ramp=0, grace=20.0, api=api))
+    finally:
+        await stop_stack(s)
+    assert (result.streams, result.errors, result.spliced) == (1, 0, 1), result.error_samples
+
+
+@pytest.mark.parametrize(("path", "name"), [
+    ("/v1/chat/completions", "vllm-0.32.0/chat_thinking_loop_usage.sse"),
+    ("/v1/messages", "vllm-0.32.0-agent-apis/messages_thinking_loop.sse"),
+    ("/v1/responses", "vllm-0.32.0-agent-apis/responses_thinking_loop.sse"),
+    ("/v1/messages", "llama.cpp-agent-apis/messages_thinking_loop.sse"),
+    ("/v1/responses", "llama.cpp-agent-apis/responses_thinking_loop.sse"),
+])
+def test_parsing_floor_reads_every_delta_of_each_api(path: str, name: str) -> None:
+    """The parsing floors read, in each route's own format, all the delta text a capture
+    carries (reasoning and answer), however its bytes are split, and forward the bytes
+    unchanged."""
+    body = (Path(__file__).parent / "data" / "captures" / name).read_bytes()
+    expected = 0
+    for raw in body.split(b"\n\n"):
+        data = raw[raw.find(b"data: ") + 6:] if b"data: " in raw else b""
+        if data and data != b"[DONE]":
+            obj = json.loads(data)
+            if path == "/v1/chat/completions":
+                expected += sum(len(c["delta"].get(k) or "") for c in obj["choices"]
+                                for k in ("reasoning", "content"))
+            elif path == "/v1/messages":
+                delta = obj.get("delta", {})
+                expected += len(delta.get("thinking") or delta.get("text") or "")
+            elif obj["type"].endswith(".delta"):
+                expected += len(obj["delta"])
+    assert expected > 100
+    for size in (len(body), 7, 64):
+        buf, out, chars = b"", b"", 0
+        for at in range(0, len(body), size):
+            done, buf, n = parse_events(buf, body[at:at + size], READERS[path])
+            out, chars = out + done, chars + n
+        assert (out + buf, chars) == (body, expected)
+
+
+def test_time_to_answer_measures_each_api() -> None:
+    """``time_to_answer --api``: a loop on each agent API is answered through the sidecar
+    in a fraction of the time the node takes to reach max_tokens without it."""
+    rows = asyncio.run(time_to_answer.run(["messages", "responses"], ["sim-loop"], 4000.0,
+                                          1200, 1))
+    assert [r["api"] for r in rows] == ["messages", "responses"]
+    for row in rows:
+        assert row["direct_tokens"] == 1200
+        assert 0 < row["sidecar_tokens"] < 1200
+        assert row["ratio"] < 1.0
+        assert row["first_answer_s"] <= row["sidecar_s"]
+        assert row["answer"].startswith("Fix")
 
 
 async def test_memory_holds_streams_idle_in_waves(stack: Stack) -> None:

@@ -95,16 +95,22 @@ class _Seen:
             self.answer.append(piece)
 
 
-def request_body(api: DemoApi, max_tokens: int, prompt: str = PROMPT) -> dict[str, Any]:
+def request_body(api: DemoApi, max_tokens: int, prompt: str = PROMPT,
+                 model: str = MODEL) -> dict[str, Any]:
     """The demo's streaming request in ``api``'s format (the SDKs send these fields)."""
     if api == "chat":
-        return {"model": MODEL, "max_tokens": max_tokens, "stream": True,
+        return {"model": model, "max_tokens": max_tokens, "stream": True,
                 "messages": [{"role": "user", "content": prompt}],
                 "stream_options": {"include_usage": True}}
     if api == "messages":
-        return {"model": MODEL, "max_tokens": max_tokens, "stream": True,
+        return {"model": model, "max_tokens": max_tokens, "stream": True,
                 "messages": [{"role": "user", "content": prompt}]}
-    return {"model": MODEL, "max_output_tokens": max_tokens, "stream": True, "input": prompt}
+    return {"model": model, "max_output_tokens": max_tokens, "stream": True, "input": prompt}
+
+
+def api_path(api: DemoApi) -> str:
+    """The ``POST`` path of ``api``."""
+    return _WIRE[api].path
 
 
 async def _via_chat(base: str, body: dict[str, Any]) -> _Seen:
