@@ -16,6 +16,12 @@ says the same and stays in the forwarded bytes). What is watched:
 The first attempt forwards the upstream's events unchanged; a reissue's events go
 through the exchange's :class:`~sidecar.apis.messages.splice.MessagesSplicer`; for a
 non-streaming client every event the client would have seen goes to its fold.
+
+The first attempt to a streaming client, which reads nothing of a delta event but its
+text, learns the bytes of the thinking and text delta events around their text
+(``sidecar.apis.templates``) and reads a read that is one whole event of a learned shape
+by parsing its text alone: the same state changes as the full path, without the SSE
+decoder, the event's object or the stream events.
 """
 
 from __future__ import annotations
@@ -24,9 +30,10 @@ from typing import Any
 
 import orjson
 
-from detectors.base import CONTENT, THINKING
+from detectors.base import CONTENT, THINKING, Channel
 from sidecar.apis.messages.fold import MessageFold
 from sidecar.apis.messages.splice import MessagesSplicer
+from sidecar.apis.templates import EventTemplates
 from sidecar.codecs.sse import SSEDecoder, SSEError, SSEEvent
 from sidecar.core.attempt import Attempt, AttemptSpec
 from sidecar.core.events import (
@@ -45,6 +52,11 @@ from sidecar.errors import UpstreamProtocolError
 #: Event types that change what the splicer knows of the client's view (the message,
 #: its blocks); the rest (deltas, usage, pings) pass without it.
 _SHAPING = frozenset({"message_start", "content_block_start", "content_block_stop"})
+#: The delta types a template can stand for: where their text is, and its channel (the
+#: answer's goes through the ``<think>`` splitter while no thinking block was seen).
+_TEMPLATED: dict[Any, tuple[tuple[str, ...], Channel]] = {
+    "thinking_delta": (("delta", "thinking"), THINKING),
+    "text_delta": (("delta", "text"), CONTENT)}
 
 
 class MessagesAttempt(Attempt):
@@ -59,14 +71,29 @@ class MessagesAttempt(Attempt):
         self._splitter = ThinkTagSplitter()
         self._saw_thinking = False
         self._prompt = 0
-        # Forwarded as it came: the first attempt, to a streaming client.
+        # Forwarded as it came: the first attempt, to a streaming client. Only then does
+        # nothing read a delta event's object, so only then are templates learned.
         self._verbatim = spec.number == 0 and fold is None
+        self._templates = EventTemplates()
 
     # -- feeding -------------------------------------------------------------------
 
     def feed(self, chunk: bytes, now: float) -> bytes:
         """Process upstream bytes; return what to send to a streaming client now.
         Raises ``UpstreamProtocolError`` for bytes that are not a Messages event stream."""
+        if self._verbatim and self.verdict is None and self._decoder.idle:
+            # The common case at a paced load: ``chunk`` is one whole delta event of a
+            # learned shape, forwarded as it is (see the module docstring).
+            hit = self._templates.match(chunk)
+            if hit is not None:
+                template, text, _ = hit
+                if template.tag is THINKING:  # learned after a thinking delta: seen
+                    self._text(0, THINKING, text, 1, now)
+                elif self._saw_thinking:
+                    self._text(0, CONTENT, text, 1, now)
+                else:
+                    self._apply(self._answer(text), now)
+                return chunk
         try:
             events = self._decoder.feed(chunk)
         except SSEError as exc:
@@ -114,6 +141,8 @@ class MessagesAttempt(Attempt):
             if self._verbatim:
                 if kind in _SHAPING:
                     splicer.seen(obj)
+                elif kind == "content_block_delta" and self._templates.learning:
+                    self._learn(ev.raw, data, obj)
                 out.append(ev.raw)
                 continue
             shown = splicer.rewrite(obj, self) if self.number else obj
@@ -126,6 +155,23 @@ class MessagesAttempt(Attempt):
             else:
                 out.append(splicer.encode(shown))
         return b"".join(out)
+
+    def _learn(self, raw: bytes, data: bytes, obj: dict[str, Any]) -> None:
+        """Offer a delta event parsed in full to the templates."""
+        delta = obj.get("delta")
+        shape = _TEMPLATED.get(delta.get("type")) if isinstance(delta, dict) else None
+        if shape is not None:
+            self._templates.learn(raw, data, obj, shape[0], shape[1])
+
+    def _answer(self, text: str) -> list[StreamEvent]:
+        """The events of answer text while no thinking block was seen: through the inline
+        ``<think>`` splitter, the delta's token on its first piece."""
+        tokens = 1
+        out: list[StreamEvent] = []
+        for channel, piece in self._splitter.split(text):
+            out.append(TextDelta(0, channel, piece, tokens))
+            tokens = 0
+        return out
 
     def _parse(self, kind: Any, obj: dict[str, Any]) -> list[StreamEvent]:
         """The format-neutral events of one Messages event."""
@@ -146,12 +192,7 @@ class MessagesAttempt(Attempt):
                     return []
                 if self._saw_thinking:
                     return [TextDelta(0, CONTENT, text, 1)]
-                tokens = 1
-                out: list[StreamEvent] = []
-                for channel, piece in self._splitter.split(text):
-                    out.append(TextDelta(0, channel, piece, tokens))
-                    tokens = 0
-                return out
+                return self._answer(text)
             if dtype == "input_json_delta":
                 return [ToolCallDelta(0, [delta])]
             return []

@@ -15,6 +15,13 @@ Each event's ``data`` is one JSON object whose ``type`` names it. What is watche
 
 The attempt keeps the splicer told what it needs to close an item a cut leaves open: the
 upstream's last ``sequence_number`` and the text of the open item.
+
+The first attempt to a streaming client, which reads nothing of a delta event but its
+text and number, learns the bytes of the reasoning and output text delta events around
+their text and their ``sequence_number`` (``sidecar.apis.templates``), and reads a read
+that is one whole event of a learned shape by parsing its text alone: the same state
+changes as the full path, without the SSE decoder, the event's object or the stream
+events.
 """
 
 from __future__ import annotations
@@ -23,9 +30,10 @@ from typing import Any
 
 import orjson
 
-from detectors.base import CONTENT, THINKING
+from detectors.base import CONTENT, THINKING, Channel
 from sidecar.apis.responses.fold import ResponseFold
 from sidecar.apis.responses.splice import ResponsesSplicer
+from sidecar.apis.templates import EventTemplates
 from sidecar.codecs.sse import SSEDecoder, SSEError, SSEEvent
 from sidecar.core.attempt import Attempt, AttemptSpec
 from sidecar.core.events import (
@@ -47,6 +55,12 @@ _ENDS = ("response.completed", "response.incomplete", "response.failed")
 #: its items); deltas pass without it.
 SHAPING = frozenset({"response.created", "response.in_progress", "response.output_item.added",
                      "response.content_part.added", "response.output_item.done"})
+#: The delta events a template can stand for, and the channel of their text (the
+#: answer's goes through the ``<think>`` splitter while no reasoning was seen).
+_TEMPLATED: dict[Any, Channel] = {"response.reasoning_text.delta": THINKING,
+              "response.reasoning_summary_text.delta": THINKING,
+              "response.output_text.delta": CONTENT}
+_TEXT = ("delta",)
 
 
 class ResponsesAttempt(Attempt):
@@ -62,15 +76,34 @@ class ResponsesAttempt(Attempt):
         self._saw_reasoning = False
         self._keep = splicer.keep
         # Forwarded as it came: the first attempt, to a streaming client that sees its
-        # reasoning (hidden reasoning makes the splicer drop items and renumber).
+        # reasoning (hidden reasoning makes the splicer drop items and renumber). Only
+        # then does nothing read a delta event's object, so only then are templates
+        # learned.
         self._verbatim = spec.number == 0 and fold is None and not splicer.hide
         self._rewritten = spec.number > 0 or splicer.hide
+        self._templates = EventTemplates()
 
     # -- feeding -------------------------------------------------------------------
 
     def feed(self, chunk: bytes, now: float) -> bytes:
         """Process upstream bytes; return what to send to a streaming client now.
         Raises ``UpstreamProtocolError`` for bytes that are not a Responses event stream."""
+        if self._verbatim and self.verdict is None and self._decoder.idle:
+            # The common case at a paced load: ``chunk`` is one whole delta event of a
+            # learned shape, forwarded as it is (see the module docstring).
+            hit = self._templates.match(chunk)
+            if hit is not None:
+                template, text, sequence = hit
+                if sequence is not None:
+                    self.splicer.upstream_sequence = sequence
+                self._keep(text)
+                if template.tag is THINKING:  # learned after a reasoning delta: seen
+                    self._text(0, THINKING, text, 1, now)
+                elif self._saw_reasoning:
+                    self._text(0, CONTENT, text, 1, now)
+                else:
+                    self._apply(self._answer(text), now)
+                return chunk
         try:
             events = self._decoder.feed(chunk)
         except SSEError as exc:
@@ -121,6 +154,11 @@ class ResponsesAttempt(Attempt):
             if self._verbatim:
                 if kind in SHAPING:
                     splicer.seen(obj)
+                elif self._templates.learning:
+                    channel = _TEMPLATED.get(kind)
+                    if channel is not None:
+                        self._templates.learn(ev.raw, data, obj, _TEXT, channel,
+                                              "sequence_number")
                 out.append(ev.raw)
                 continue
             shown = splicer.rewrite(obj, self) if self._rewritten else obj
@@ -133,6 +171,16 @@ class ResponsesAttempt(Attempt):
             else:
                 out.append(splicer.encode(shown))
         return b"".join(out)
+
+    def _answer(self, text: str) -> list[StreamEvent]:
+        """The events of answer text while no reasoning was seen: through the inline
+        ``<think>`` splitter, the delta's token on its first piece."""
+        tokens = 1
+        out: list[StreamEvent] = []
+        for channel, piece in self._splitter.split(text):
+            out.append(TextDelta(0, channel, piece, tokens))
+            tokens = 0
+        return out
 
     def _parse(self, kind: Any, obj: dict[str, Any]) -> list[StreamEvent]:
         """The format-neutral events of one Responses event."""
@@ -150,12 +198,7 @@ class ResponsesAttempt(Attempt):
             self._keep(text)
             if self._saw_reasoning:
                 return [TextDelta(0, CONTENT, text, 1)]
-            tokens = 1
-            out: list[StreamEvent] = []
-            for channel, piece in self._splitter.split(text):
-                out.append(TextDelta(0, channel, piece, tokens))
-                tokens = 0
-            return out
+            return self._answer(text)
         if kind == "response.function_call_arguments.delta":
             text = obj.get("delta")
             if isinstance(text, str):

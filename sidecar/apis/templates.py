@@ -1,0 +1,220 @@
+"""Learned byte templates of whole SSE events that carry one text delta (pure).
+
+Most events of an Anthropic Messages or OpenAI Responses stream are text deltas whose
+bytes differ from the previous one's only in the text, and on the Responses API in the
+``sequence_number`` that follows it. :class:`EventTemplates` learns the bytes of such an
+event around those values from an event parsed in full, proves them by parsing a variant,
+and then reads a later event of the same shape by parsing its text string alone (and
+reading its number's digits): what a full parse of the event would give for those two
+values, everything else being the learned event's.
+
+A template's ``prefix`` runs from the start of the event (its ``event:`` line, if any,
+and ``data: ``) to the text's opening quote, included; then come the JSON string, and
+either the ``suffix`` (from the closing quote to the blank line that ends the event) or,
+with a number hole, ``mid`` (from the closing quote to the number), the number's digits
+and the ``suffix``. The JSON string between holds no raw CR or LF (JSON forbids them) and
+the fixed parts hold one ``data:`` line and no other line break, so a match is exactly
+one whole event of the learned shape (the caller knows the bytes start an event:
+``SSEDecoder.idle``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import orjson
+
+_MAX_TEMPLATES = 4  # a stream alternates between few shapes (reasoning, text)
+_MAX_FRUITLESS = 4  # templates dropped without a single hit before learning stops
+_MAX_FAILED = 16  # delta events that could not become a template before learning stops
+#: Largest fixed part of an event kept as a template (its bytes less the text and number).
+_MAX_TEMPLATE_BYTES = 1024
+#: Longest number read through a template: orjson reads up to 64-bit integers; a longer
+#: one (never sent) is left to a full parse, which reports it.
+_MAX_DIGITS = 15
+
+
+class EventTemplate:
+    """The bytes of one event shape around its text (and number); see the module
+    docstring. ``tag`` is the caller's: what it needs to know of an event of this shape
+    (which kind of delta it is)."""
+
+    __slots__ = ("after", "hits", "mid", "prefix", "start", "suffix", "tag")
+
+    def __init__(self, prefix: bytes, mid: bytes | None, suffix: bytes, tag: object) -> None:
+        self.prefix = prefix
+        self.mid = mid
+        self.suffix = suffix
+        self.start = len(prefix) - 1  # the text's opening quote
+        self.after = len(suffix)
+        self.tag = tag
+        self.hits = 0
+
+
+def _string_end(data: bytes, start: int) -> int:
+    """The offset just past the JSON string that opens at ``data[start]`` (a quote), or -1."""
+    pos = start + 1
+    while True:
+        pos = data.find(b'"', pos)
+        if pos < 0:
+            return -1
+        slashes = 0
+        while data[pos - 1 - slashes] == 0x5C:  # backslash
+            slashes += 1
+        if slashes % 2 == 0:
+            return pos + 1
+        pos += 1
+
+
+def _lookup(obj: Any, path: Sequence[str]) -> Any:
+    for key in path:
+        if not isinstance(obj, dict):
+            return None
+        obj = obj.get(key)
+    return obj
+
+
+class EventTemplates:
+    """The templates one stream learned (at most four, the most recently learned first).
+
+    ``match`` reads a whole event of a learned shape; ``learn`` is offered events parsed in
+    full. Learning stops once four templates were dropped without ever matching (a stream
+    whose delta events differ in more than the holes: nothing to gain), or sixteen delta
+    events could not be learned (a shape these templates cannot hold)."""
+
+    __slots__ = ("_dropped_hits", "_failed", "_fruitless", "_templates")
+
+    def __init__(self) -> None:
+        self._templates: list[EventTemplate] = []
+        self._fruitless = 0
+        self._failed = 0
+        self._dropped_hits = 0
+
+    @property
+    def learning(self) -> bool:
+        """Whether events parsed in full may still become templates."""
+        return self._fruitless < _MAX_FRUITLESS and self._failed < _MAX_FAILED
+
+    @property
+    def hits(self) -> int:
+        """How many events were read through a template (not parsed in full)."""
+        return self._dropped_hits + sum(t.hits for t in self._templates)
+
+    def match(self, raw: bytes) -> tuple[EventTemplate, str, int | None] | None:
+        """The template whose shape the whole event ``raw`` has, its text (not empty) and
+        its number (None for a template without a number hole); or None, when only a full
+        parse can read ``raw``: no template fits, or the text's place holds no single JSON
+        string, or the number's place no plain non-negative integer."""
+        for template in self._templates:
+            if not raw.startswith(template.prefix) or not raw.endswith(template.suffix):
+                continue
+            tail = len(raw) - template.after
+            start = template.start
+            mid = template.mid
+            number: int | None = None
+            if mid is None:
+                end = tail + 1  # the suffix starts with the closing quote
+            else:
+                at = raw.rfind(mid, start + 1, tail)
+                if at < 0:
+                    return None
+                digits = raw[at + len(mid) : tail]
+                if (not digits.isdigit() or len(digits) > _MAX_DIGITS
+                        or (digits[0] == 0x30 and len(digits) > 1)):
+                    return None
+                number = int(digits)
+                end = at + 1
+            if end - start < 3:  # the shortest non-empty string, '"x"'
+                return None
+            try:
+                text = orjson.loads(raw[start:end])
+            except orjson.JSONDecodeError:
+                return None  # not one string: a full parse reports what is wrong
+            if type(text) is not str:
+                return None
+            template.hits += 1
+            return template, text, number
+        return None
+
+    def learn(self, raw: bytes, data: bytes, obj: dict[str, Any], path: Sequence[str],
+              tag: object, number_key: str | None = None) -> None:
+        """Keep the shape of the event ``raw`` (whose one ``data`` line is ``data``,
+        parsed to ``obj``) as a template, when its text at ``path`` is a non-empty string
+        and a variant with another text (and, when ``obj`` has an integer at the top-level
+        ``number_key`` after the text, another number) parses to ``obj`` with only those
+        values changed."""
+        if not self.learning:
+            return
+        text = _lookup(obj, path)
+        if not isinstance(text, str) or not text:
+            return
+        template = self._shape(raw, data, obj, path, text, tag, number_key)
+        if template is None:
+            self._failed += 1
+            return
+        templates = self._templates
+        if len(templates) >= _MAX_TEMPLATES:
+            dropped = templates.pop()
+            self._dropped_hits += dropped.hits
+            if not dropped.hits:
+                self._fruitless += 1
+        templates.insert(0, template)
+
+    @staticmethod
+    def _shape(raw: bytes, data: bytes, obj: dict[str, Any], path: Sequence[str], text: str,
+               tag: object, number_key: str | None) -> EventTemplate | None:
+        """The proven template of ``raw``'s shape (see ``learn``), or None."""
+        if b"\n" in data or b"\r" in raw:
+            return None
+        head = raw[: len(raw) - len(data) - 2]
+        if not raw.endswith(b"\n\n") or raw[len(head) : -2] != data or not (
+                head == b"data: " or (head.startswith(b"event: ") and head.endswith(b"\ndata: ")
+                                      and head.count(b"\n") == 1)):
+            return None
+        key = path[-1].encode()
+        at = data.rfind(b'"' + key + b'":')
+        start = data.find(b'"', at + len(key) + 3) if at >= 0 else -1
+        end = _string_end(data, start) if start >= 0 else -1
+        if end < 0:
+            return None
+        number = obj.get(number_key) if number_key is not None else None
+        mid: bytes | None = None
+        probe_number: int | None = None
+        probe_tail = data[end:]
+        suffix = data[end - 1 :] + b"\n\n"
+        if number_key is not None and type(number) is int and number >= 0:
+            name = b'"' + number_key.encode() + b'":'
+            digits = str(number).encode()
+            pos = data.find(name, end)
+            if pos < 0 or not data.startswith(digits, pos + len(name)):
+                return None
+            pos += len(name)
+            after = data[pos + len(digits) :]
+            if after[:1].isdigit():
+                return None
+            mid = data[end - 1 : pos]
+            probe_number = number + 1
+            probe_tail = data[end:pos] + str(probe_number).encode() + after
+            suffix = after + b"\n\n"
+        prefix = head + data[: start + 1]
+        if len(prefix) + len(mid or b"") + len(suffix) > _MAX_TEMPLATE_BYTES:
+            return None
+        probe_text = "q" if text != "q" else "z"
+        try:  # the proof: other values in those places change them and nothing else
+            probe = orjson.loads(data[:start] + b'"' + probe_text.encode() + b'"' + probe_tail)
+        except orjson.JSONDecodeError:
+            return None
+        if _lookup(probe, path) != probe_text:
+            return None
+        holder = probe
+        for k in path[:-1]:
+            holder = holder[k]
+        holder[path[-1]] = text
+        if number_key is not None and probe_number is not None:
+            if probe.get(number_key) != probe_number:
+                return None
+            probe[number_key] = number
+        if probe != obj:
+            return None
+        return EventTemplate(prefix, mid, suffix, tag)

@@ -1,0 +1,249 @@
+"""Learned event templates (``sidecar.apis.templates``) on the Messages and Responses
+attempts: an event read through a template changes what a full parse of it changes,
+however the stream looks; only the parse is cheaper."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from detectors import DetectorConfig
+from sidecar.apis import REGISTRY
+from sidecar.apis.responses.splice import ResponsesSplicer
+from sidecar.apis.templates import EventTemplates
+from sidecar.core.attempt import Attempt, AttemptSpec
+from sidecar.errors import UpstreamProtocolError
+from tests.apis.recorded import recorded, request_body
+
+CAPTURES = Path(__file__).parent.parent / "data" / "captures"
+AGENT_APIS = ("anthropic.messages", "openai.responses")
+
+
+def _attempt(api_name: str, *, stream: bool = True) -> Attempt:
+    api = next(a for a in REGISTRY if a.name == api_name)
+    facts = api.facts(request_body(api, "sim-loop", stream=stream))
+    fold = api.fold(facts)
+    splicer = api.splicer(facts, fold, request_id="r", model="m")
+    return api.attempt(AttemptSpec(0, DetectorConfig(), 0.0, 0.0), facts, splicer, fold)
+
+
+def _events(body: bytes) -> list[bytes]:
+    """``body`` cut after each event (LF framing), the trailing piece last."""
+    return re.findall(rb".*?\n\n|.+$", body, re.S)
+
+
+def _observe(api_name: str, reads: list[bytes]) -> tuple[Any, ...]:
+    """What a caller can see after ``reads`` went through a first attempt to a streaming
+    client: bytes (unless it failed), the error, the verdict, counts and what the
+    splicer was told; and how many events a template read."""
+    attempt = _attempt(api_name)
+    out, err = b"", None
+    try:
+        for read in reads:
+            out += attempt.feed(read, 1.0)
+            if attempt.stopped:
+                break
+        else:
+            out += attempt.eof(1.0)
+    except UpstreamProtocolError as exc:
+        err, out = str(exc), b""
+    verdict = attempt.verdict
+    splicer = getattr(attempt, "splicer", None)
+    told = ((splicer.upstream_sequence, "".join(splicer.item_text))
+            if isinstance(splicer, ResponsesSplicer) else None)
+    seen = (out, err,
+            None if verdict is None else (verdict.detector, verdict.at_token, verdict.at_char),
+            attempt.counted_tokens, attempt.done, attempt.error, attempt.usage,
+            attempt.open_choices, attempt.totals(), attempt.inline_open(0), told,
+            {i: (c.thinking_tokens, c.content_tokens, c.finished, c.reasoning_seen,
+                 c.reasoning_head) for i, c in attempt.choices.items()})
+    templates = getattr(attempt, "_templates", None)
+    assert isinstance(templates, EventTemplates)
+    return seen, templates.hits
+
+
+def _captures() -> list[tuple[str, str, Path]]:
+    out = []
+    for folder in ("vllm-0.32.0-agent-apis", "llama.cpp-agent-apis"):
+        for path in sorted((CAPTURES / folder).glob("*.sse")):
+            api = "anthropic.messages" if path.name.startswith("messages") else "openai.responses"
+            out.append((f"{folder}/{path.name}", api, path))
+    return out
+
+
+@pytest.mark.parametrize(("name", "api", "path"), _captures(), ids=[c[0] for c in _captures()])
+def test_templates_give_what_a_full_parse_gives_on_real_captures(name: str, api: str,
+                                                                 path: Path) -> None:
+    """Each real vLLM and llama.cpp capture fed one event per read (templates read most
+    deltas) gives what the whole capture in one read gives (every event parsed in full)."""
+    body = path.read_bytes()
+    by_event, hits = _observe(api, _events(body))
+    whole, whole_hits = _observe(api, [body])
+    assert by_event == whole
+    assert whole_hits == 0
+    deltas = len(re.findall(rb"\ndata: [^\n]*_delta", body))
+    assert hits >= deltas // 2 - 2, (hits, deltas)
+
+
+@pytest.mark.parametrize("api", AGENT_APIS)
+@pytest.mark.parametrize("model", ["sim-loop", "sim-healthy", "sim-leaky"])
+def test_templates_read_most_deltas_of_the_simulated_streams(api: str, model: str) -> None:
+    """On the simulated node's streams (a loop cut by a detector, a healthy answer, an
+    inline ``<think>``), one event per read gives what one read gives, and nearly every
+    delta after the first of its shape goes through a template."""
+    body = recorded(api, model)
+    by_event, hits = _observe(api, _events(body))
+    assert by_event == _observe(api, [body])[0]
+    assert hits >= 200
+
+
+@pytest.mark.parametrize("api", AGENT_APIS)
+def test_no_templates_for_a_reissue_or_a_non_streaming_client(api: str) -> None:
+    """Only the first attempt to a streaming client forwards events as they came and
+    learns templates: a non-streaming client's attempt parses every event in full."""
+    attempt = _attempt(api, stream=False)
+    for read in _events(recorded(api, "sim-healthy")):
+        attempt.feed(read, 1.0)
+    templates = getattr(attempt, "_templates", None)
+    assert isinstance(templates, EventTemplates)
+    assert templates.hits == 0
+
+
+# -- the templates alone ---------------------------------------------------------------
+
+RESPONSES_DELTA = (b'{"content_index":0,"delta":%s,"item_id":"rs_1","output_index":0,'
+                   b'"sequence_number":%s,"type":"response.reasoning_text.delta"}')
+
+
+def _responses_event(text: bytes, number: bytes) -> bytes:
+    return (b"event: response.reasoning_text.delta\ndata: " + RESPONSES_DELTA % (text, number)
+            + b"\n\n")
+
+
+def _learned(raw: bytes, number_key: str | None = "sequence_number") -> EventTemplates:
+    templates = EventTemplates()
+    data = raw.split(b"data: ", 1)[1][:-2]
+    templates.learn(raw, data, orjson.loads(data), ("delta",), "tag", number_key)
+    return templates
+
+
+def test_a_number_hole_reads_plain_integers_only() -> None:
+    """The number after the text is read when it is a plain JSON integer; a leading
+    zero, a sign, a fraction, an exponent or more than 15 digits is left to a full parse
+    (which reports what is wrong or reads what it is)."""
+    templates = _learned(_responses_event(b'"w"', b"5"))
+    match = templates.match(_responses_event(b'"\\"x\\u00e9"', b"123456"))
+    assert match is not None
+    assert match[1:] == ('"x\u00e9', 123456)
+    assert templates.match(_responses_event(b'"x"', b"0")) is not None
+    for number in (b"07", b"-1", b"1.5", b"1e3", b"1234567890123456", b"", b"x"):
+        assert templates.match(_responses_event(b'"x"', number)) is None, number
+    for text in (b'""', b'"a","b"', b'"\xff"', b"7", b"null", b'"a'):
+        assert templates.match(_responses_event(text, b"9")) is None, text
+    assert templates.hits == 2
+
+
+def test_a_template_without_a_number_hole_where_the_event_has_none() -> None:
+    """A shape without the number (llama.cpp numbers no Responses events) gets a
+    template with the text as its only hole; an event whose number is elsewhere than
+    after the text gets none."""
+    raw = (b'event: response.output_text.delta\ndata: {"type":"response.output_text.delta",'
+           b'"item_id":"msg_1","delta":"a"}\n\n')
+    templates = _learned(raw)
+    match = templates.match(raw.replace(b'"a"', b'"bc"'))
+    assert match is not None
+    assert (match[1], match[2]) == ("bc", None)
+    before = (b'event: x\ndata: {"sequence_number":3,"delta":"a","type":"x"}\n\n')
+    assert _learned(before).match(before) is None
+
+
+def test_learning_stops_when_templates_never_match() -> None:
+    """A stream whose every delta differs besides the text and number (a new item id each
+    time) stops learning after four unused templates; one whose deltas cannot become a
+    template (a second data line) stops after sixteen."""
+    templates = EventTemplates()
+    for i in range(20):
+        raw = _responses_event(b'"w"', b"1").replace(b"rs_1", f"rs_{i}".encode())
+        templates.learn(raw, raw.split(b"data: ", 1)[1][:-2],
+                        orjson.loads(raw.split(b"data: ", 1)[1][:-2]), ("delta",), "t",
+                        "sequence_number")
+        assert templates.match(raw.replace(b'"w"', b'"v"').replace(b"rs_", b"rx_")) is None
+    assert not templates.learning
+    templates = EventTemplates()
+    raw = b'data: {"delta":\ndata: "w"}\n\n'
+    for _ in range(16):
+        templates.learn(raw, b'{"delta":\n"w"}', {"delta": "w"}, ("delta",), "t")
+    assert not templates.learning
+    assert templates.hits == 0
+
+
+@pytest.mark.parametrize(("extra", "learned"), [(800, True), (1100, False)])
+def test_a_template_keeps_at_most_1_kib_besides_the_text(extra: int, learned: bool) -> None:
+    """A template lives as long as its stream: an event whose bytes besides the text pass
+    1 KiB is not kept."""
+    raw = _responses_event(b'"w"', b"1").replace(b"rs_1", b"rs_" + b"f" * extra)
+    assert (_learned(raw).match(raw) is not None) is learned
+
+
+# -- any stream: a template never changes what the attempt does -----------------------
+
+_TEXTS = st.one_of(st.text(st.characters(codec="utf-8"), max_size=6),
+                   st.sampled_from(["<think>", "</think>", "<thi", "nk>x", "q"]))
+_JUNK = st.sampled_from([b"", b"", b"", b'"', b"\\", b"\xff", b"\x01", b"\n", b"0", b"-",
+                         b'","', b" "])
+
+
+def _messages_stream(items: list[tuple[int, str, bytes, bool]]) -> list[bytes]:
+    events = [b'event: message_start\ndata: {"type":"message_start","message":{"id":"m",'
+              b'"usage":{"input_tokens":5,"output_tokens":0}}}\n\n']
+    for kind, text, junk, in_text in items:
+        dtype, key = (("thinking_delta", "thinking"), ("text_delta", "text"),
+                      ("thinking_delta", "thinking"), ("signature_delta", "signature"))[kind]
+        data = orjson.dumps({"type": "content_block_delta",
+                             "delta": {"type": dtype, key: text}, "index": kind % 2})
+        if junk:
+            at = data.index(b'"' + key.encode() + b'":') + len(key) + (4 if in_text else 3)
+            data = data[:at] + junk + data[at:]
+        events.append(b"event: content_block_delta\ndata: " + data + b"\n\n")
+    events.append(b'event: message_delta\ndata: {"type":"message_delta","delta":'
+                  b'{"stop_reason":"end_turn"},"usage":{"output_tokens":9}}\n\n')
+    events.append(b'event: message_stop\ndata: {"type":"message_stop"}\n\n')
+    return events
+
+
+def _responses_stream(items: list[tuple[int, str, bytes, bool]]) -> list[bytes]:
+    kinds = ("response.reasoning_text.delta", "response.output_text.delta",
+             "response.reasoning_summary_text.delta", "response.function_call_arguments.delta")
+    events = []
+    for number, (kind, text, junk, in_text) in enumerate(items):
+        data = orjson.dumps({"content_index": 0, "delta": text, "item_id": f"i{kind % 2}",
+                             "output_index": kind % 2, "sequence_number": number,
+                             "type": kinds[kind]})
+        if junk:
+            key = b'"delta":' if in_text else b'"sequence_number":'
+            at = data.index(key) + len(key) + (1 if in_text else 0)
+            data = data[:at] + junk + data[at:]
+        events.append(b"event: " + kinds[kind].encode() + b"\ndata: " + data + b"\n\n")
+    events.append(b'event: response.completed\ndata: {"type":"response.completed","response":'
+                  b'{"status":"completed","usage":{"input_tokens":5,"output_tokens":9}},'
+                  b'"sequence_number":99}\n\n')
+    return events
+
+
+@settings(max_examples=300, deadline=None)
+@given(api=st.sampled_from(AGENT_APIS),
+       items=st.lists(st.tuples(st.sampled_from([0, 0, 0, 1, 1, 2, 3]), _TEXTS, _JUNK,
+                                st.booleans()), max_size=25))
+def test_templates_never_change_what_the_attempt_does(
+        api: str, items: list[tuple[int, str, bytes, bool]]) -> None:
+    """Any mix of delta shapes and texts (escapes, quotes, control characters, ``<think>``
+    tags), with stray bytes in the text's or the number's place, fed one event per read,
+    gives the bytes, state and error that the same events give in one read."""
+    events = (_messages_stream if api == "anthropic.messages" else _responses_stream)(items)
+    assert _observe(api, events)[0] == _observe(api, [b"".join(events)])[0]
