@@ -1,6 +1,6 @@
 """Learned event templates (``sidecar.apis.templates``) on the Messages and Responses
 attempts: an event read through a template changes what a full parse of it changes,
-however the stream looks; only the parse is cheaper."""
+however the stream looks and is split into reads; only the parse is cheaper."""
 
 from __future__ import annotations
 
@@ -15,6 +15,9 @@ from hypothesis import strategies as st
 
 from detectors import DetectorConfig
 from sidecar.apis import REGISTRY
+from sidecar.apis.messages.attempt import MessagesAttempt
+from sidecar.apis.messages.splice import MessagesSplicer
+from sidecar.apis.responses.attempt import ResponsesAttempt
 from sidecar.apis.responses.splice import ResponsesSplicer
 from sidecar.apis.templates import EventTemplates
 from sidecar.core.attempt import Attempt, AttemptSpec
@@ -25,12 +28,20 @@ CAPTURES = Path(__file__).parent.parent / "data" / "captures"
 AGENT_APIS = ("anthropic.messages", "openai.responses")
 
 
-def _attempt(api_name: str, *, stream: bool = True) -> Attempt:
+def _attempt(api_name: str, *, stream: bool = True, templates: bool = True) -> Attempt:
+    """A first attempt of ``api_name``, as the API makes it, or one that parses every
+    event in full (``templates=False``)."""
     api = next(a for a in REGISTRY if a.name == api_name)
     facts = api.facts(request_body(api, "sim-loop", stream=stream))
     fold = api.fold(facts)
     splicer = api.splicer(facts, fold, request_id="r", model="m")
-    return api.attempt(AttemptSpec(0, DetectorConfig(), 0.0, 0.0), facts, splicer, fold)
+    spec = AttemptSpec(0, DetectorConfig(), 0.0, 0.0)
+    if templates:
+        return api.attempt(spec, facts, splicer, fold)
+    if isinstance(splicer, MessagesSplicer):
+        return MessagesAttempt(spec, splicer, None, templates=False)
+    assert isinstance(splicer, ResponsesSplicer)
+    return ResponsesAttempt(spec, splicer, None, templates=False)
 
 
 def _events(body: bytes) -> list[bytes]:
@@ -38,11 +49,12 @@ def _events(body: bytes) -> list[bytes]:
     return re.findall(rb".*?\n\n|.+$", body, re.S)
 
 
-def _observe(api_name: str, reads: list[bytes]) -> tuple[Any, ...]:
+def _observe(api_name: str, reads: list[bytes], *,
+             templates: bool = True) -> tuple[tuple[Any, ...], int]:
     """What a caller can see after ``reads`` went through a first attempt to a streaming
     client: bytes (unless it failed), the error, the verdict, counts and what the
     splicer was told; and how many events a template read."""
-    attempt = _attempt(api_name)
+    attempt = _attempt(api_name, templates=templates)
     out, err = b"", None
     try:
         for read in reads:
@@ -80,26 +92,28 @@ def _captures() -> list[tuple[str, str, Path]]:
 @pytest.mark.parametrize(("name", "api", "path"), _captures(), ids=[c[0] for c in _captures()])
 def test_templates_give_what_a_full_parse_gives_on_real_captures(name: str, api: str,
                                                                  path: Path) -> None:
-    """Each real vLLM and llama.cpp capture fed one event per read (templates read most
-    deltas) gives what the whole capture in one read gives (every event parsed in full)."""
+    """Each real vLLM and llama.cpp capture, fed one event per read or whole in one read,
+    gives what it gives with every event parsed in full, and templates read most of its
+    deltas either way."""
     body = path.read_bytes()
-    by_event, hits = _observe(api, _events(body))
-    whole, whole_hits = _observe(api, [body])
-    assert by_event == whole
-    assert whole_hits == 0
+    full, no_hits = _observe(api, _events(body), templates=False)
+    assert no_hits == 0
     deltas = len(re.findall(rb"\ndata: [^\n]*_delta", body))
-    assert hits >= deltas // 2 - 2, (hits, deltas)
+    for reads in (_events(body), [body]):
+        seen, hits = _observe(api, reads)
+        assert seen == full
+        assert hits >= deltas // 2 - 2, (hits, deltas)
 
 
 @pytest.mark.parametrize("api", AGENT_APIS)
 @pytest.mark.parametrize("model", ["sim-loop", "sim-healthy", "sim-leaky"])
 def test_templates_read_most_deltas_of_the_simulated_streams(api: str, model: str) -> None:
     """On the simulated node's streams (a loop cut by a detector, a healthy answer, an
-    inline ``<think>``), one event per read gives what one read gives, and nearly every
-    delta after the first of its shape goes through a template."""
+    inline ``<think>``), one event per read gives what a full parse gives, and nearly
+    every delta after the first of its shape goes through a template."""
     body = recorded(api, model)
     by_event, hits = _observe(api, _events(body))
-    assert by_event == _observe(api, [body])[0]
+    assert by_event == _observe(api, [body], templates=False)[0]
     assert hits >= 200
 
 
@@ -195,8 +209,9 @@ def test_a_template_keeps_at_most_1_kib_besides_the_text(extra: int, learned: bo
 
 _TEXTS = st.one_of(st.text(st.characters(codec="utf-8"), max_size=6),
                    st.sampled_from(["<think>", "</think>", "<thi", "nk>x", "q"]))
-_JUNK = st.sampled_from([b"", b"", b"", b'"', b"\\", b"\xff", b"\x01", b"\n", b"0", b"-",
-                         b'","', b" "])
+#: Mostly nothing: a stray byte usually ends the stream with an error.
+_JUNK = st.sampled_from([b""] * 40 + [b'"', b"\\", b"\xff", b"\x01", b"\n", b"0", b"-",
+                                      b'","', b" "])
 
 
 def _messages_stream(items: list[tuple[int, str, bytes, bool]]) -> list[bytes]:
@@ -236,6 +251,23 @@ def _responses_stream(items: list[tuple[int, str, bytes, bool]]) -> list[bytes]:
     return events
 
 
+@pytest.mark.parametrize("api", AGENT_APIS)
+@pytest.mark.parametrize("first", [0, 1])
+def test_every_kind_of_delta_through_a_template(api: str, first: int) -> None:
+    """Reasoning deltas, answer deltas after reasoning, and answer deltas with no
+    reasoning before them (through the inline ``<think>`` splitter, tags split across
+    deltas) each go through a template and give what a full parse gives."""
+    texts = ["<thi", "nk>a", " b", "</th", "ink> c", " d", " e"]
+    kinds = [first] * 4 + [1 - first] * 3 + [1] * len(texts) + [2] * 3
+    items = [(kind, texts[i % len(texts)], b"", False) for i, kind in enumerate(kinds)]
+    events = (_messages_stream if api == "anthropic.messages" else _responses_stream)(items)
+    full = _observe(api, events, templates=False)[0]
+    seen, hits = _observe(api, events)
+    assert seen == full
+    assert hits >= len(items) - 6  # the first delta of each shape is learned
+    assert full[3] > 0  # tokens were counted
+
+
 @settings(max_examples=300, deadline=None)
 @given(api=st.sampled_from(AGENT_APIS),
        items=st.lists(st.tuples(st.sampled_from([0, 0, 0, 1, 1, 2, 3]), _TEXTS, _JUNK,
@@ -243,7 +275,9 @@ def _responses_stream(items: list[tuple[int, str, bytes, bool]]) -> list[bytes]:
 def test_templates_never_change_what_the_attempt_does(
         api: str, items: list[tuple[int, str, bytes, bool]]) -> None:
     """Any mix of delta shapes and texts (escapes, quotes, control characters, ``<think>``
-    tags), with stray bytes in the text's or the number's place, fed one event per read,
-    gives the bytes, state and error that the same events give in one read."""
+    tags), with stray bytes in the text's or the number's place, fed one event per read
+    or all in one read, gives the bytes, state and error of a full parse of every event."""
     events = (_messages_stream if api == "anthropic.messages" else _responses_stream)(items)
-    assert _observe(api, events)[0] == _observe(api, [b"".join(events)])[0]
+    full = _observe(api, events, templates=False)[0]
+    assert _observe(api, events)[0] == full
+    assert _observe(api, [b"".join(events)])[0] == full

@@ -19,9 +19,10 @@ non-streaming client every event the client would have seen goes to its fold.
 
 The first attempt to a streaming client, which reads nothing of a delta event but its
 text, learns the bytes of the thinking and text delta events around their text
-(``sidecar.apis.templates``) and reads a read that is one whole event of a learned shape
-by parsing its text alone: the same state changes as the full path, without the SSE
-decoder, the event's object or the stream events.
+(``sidecar.apis.templates``) and reads an event of a learned shape by parsing its text
+alone: the same state changes as the full path, without the event's object or the stream
+events. A read that is one whole event (nearly every read at a paced load) skips the SSE
+decoder as well.
 """
 
 from __future__ import annotations
@@ -63,7 +64,8 @@ class MessagesAttempt(Attempt):
     """State of one upstream request of a Messages request (one choice, index 0)."""
 
     def __init__(self, spec: AttemptSpec, splicer: MessagesSplicer,
-                 fold: MessageFold | None) -> None:
+                 fold: MessageFold | None, *, templates: bool = True) -> None:
+        """``templates=False`` parses every event in full (to test the templates by)."""
         super().__init__(spec)
         self.splicer = splicer
         self.fold = fold
@@ -74,6 +76,7 @@ class MessagesAttempt(Attempt):
         # Forwarded as it came: the first attempt, to a streaming client. Only then does
         # nothing read a delta event's object, so only then are templates learned.
         self._verbatim = spec.number == 0 and fold is None
+        self._fast = self._verbatim and templates
         self._templates = EventTemplates()
 
     # -- feeding -------------------------------------------------------------------
@@ -81,19 +84,11 @@ class MessagesAttempt(Attempt):
     def feed(self, chunk: bytes, now: float) -> bytes:
         """Process upstream bytes; return what to send to a streaming client now.
         Raises ``UpstreamProtocolError`` for bytes that are not a Messages event stream."""
-        if self._verbatim and self.verdict is None and self._decoder.idle:
+        if (self._fast and self.verdict is None and self._decoder.idle
+                and self._templated(chunk, now)):
             # The common case at a paced load: ``chunk`` is one whole delta event of a
             # learned shape, forwarded as it is (see the module docstring).
-            hit = self._templates.match(chunk)
-            if hit is not None:
-                template, text, _ = hit
-                if template.tag is THINKING:  # learned after a thinking delta: seen
-                    self._text(0, THINKING, text, 1, now)
-                elif self._saw_thinking:
-                    self._text(0, CONTENT, text, 1, now)
-                else:
-                    self._apply(self._answer(text), now)
-                return chunk
+            return chunk
         try:
             events = self._decoder.feed(chunk)
         except SSEError as exc:
@@ -115,12 +110,31 @@ class MessagesAttempt(Attempt):
 
     # -- internals -----------------------------------------------------------------
 
+    def _templated(self, raw: bytes, now: float) -> bool:
+        """Read the whole event ``raw`` of a first attempt to a streaming client through
+        a learned template, if one fits (else False: parse it in full)."""
+        hit = self._templates.match(raw)
+        if hit is None:
+            return False
+        template, text, _ = hit
+        if template.tag is THINKING:  # learned after a thinking delta: one was seen
+            self._text(0, THINKING, text, 1, now)
+        elif self._saw_thinking:
+            self._text(0, CONTENT, text, 1, now)
+        else:
+            self._apply(self._answer(text), now)
+        return True
+
     def _events(self, events: list[SSEEvent], now: float) -> bytes:
         out: list[bytes] = []
         splicer = self.splicer
+        fast = self._fast
         for ev in events:
             if self.verdict is not None and self.stop_on_verdict:
                 break
+            if fast and self._templated(ev.raw, now):  # several events in one read
+                out.append(ev.raw)
+                continue
             data = ev.data
             if data is None:  # a comment
                 if self._verbatim:
@@ -141,7 +155,7 @@ class MessagesAttempt(Attempt):
             if self._verbatim:
                 if kind in _SHAPING:
                     splicer.seen(obj)
-                elif kind == "content_block_delta" and self._templates.learning:
+                elif kind == "content_block_delta" and fast and self._templates.learning:
                     self._learn(ev.raw, data, obj)
                 out.append(ev.raw)
                 continue

@@ -18,10 +18,10 @@ upstream's last ``sequence_number`` and the text of the open item.
 
 The first attempt to a streaming client, which reads nothing of a delta event but its
 text and number, learns the bytes of the reasoning and output text delta events around
-their text and their ``sequence_number`` (``sidecar.apis.templates``), and reads a read
-that is one whole event of a learned shape by parsing its text alone: the same state
-changes as the full path, without the SSE decoder, the event's object or the stream
-events.
+their text and their ``sequence_number`` (``sidecar.apis.templates``), and reads an
+event of a learned shape by parsing its text alone: the same state changes as the full
+path, without the event's object or the stream events. A read that is one whole event
+(nearly every read at a paced load) skips the SSE decoder as well.
 """
 
 from __future__ import annotations
@@ -67,7 +67,8 @@ class ResponsesAttempt(Attempt):
     """State of one upstream request of a Responses request (one choice, index 0)."""
 
     def __init__(self, spec: AttemptSpec, splicer: ResponsesSplicer,
-                 fold: ResponseFold | None) -> None:
+                 fold: ResponseFold | None, *, templates: bool = True) -> None:
+        """``templates=False`` parses every event in full (to test the templates by)."""
         super().__init__(spec)
         self.splicer = splicer
         self.fold = fold
@@ -81,6 +82,7 @@ class ResponsesAttempt(Attempt):
         # learned.
         self._verbatim = spec.number == 0 and fold is None and not splicer.hide
         self._rewritten = spec.number > 0 or splicer.hide
+        self._fast = self._verbatim and templates
         self._templates = EventTemplates()
 
     # -- feeding -------------------------------------------------------------------
@@ -88,22 +90,11 @@ class ResponsesAttempt(Attempt):
     def feed(self, chunk: bytes, now: float) -> bytes:
         """Process upstream bytes; return what to send to a streaming client now.
         Raises ``UpstreamProtocolError`` for bytes that are not a Responses event stream."""
-        if self._verbatim and self.verdict is None and self._decoder.idle:
+        if (self._fast and self.verdict is None and self._decoder.idle
+                and self._templated(chunk, now)):
             # The common case at a paced load: ``chunk`` is one whole delta event of a
             # learned shape, forwarded as it is (see the module docstring).
-            hit = self._templates.match(chunk)
-            if hit is not None:
-                template, text, sequence = hit
-                if sequence is not None:
-                    self.splicer.upstream_sequence = sequence
-                self._keep(text)
-                if template.tag is THINKING:  # learned after a reasoning delta: seen
-                    self._text(0, THINKING, text, 1, now)
-                elif self._saw_reasoning:
-                    self._text(0, CONTENT, text, 1, now)
-                else:
-                    self._apply(self._answer(text), now)
-                return chunk
+            return chunk
         try:
             events = self._decoder.feed(chunk)
         except SSEError as exc:
@@ -125,12 +116,34 @@ class ResponsesAttempt(Attempt):
 
     # -- internals -----------------------------------------------------------------
 
+    def _templated(self, raw: bytes, now: float) -> bool:
+        """Read the whole event ``raw`` of a first attempt to a streaming client through
+        a learned template, if one fits (else False: parse it in full)."""
+        hit = self._templates.match(raw)
+        if hit is None:
+            return False
+        template, text, sequence = hit
+        if sequence is not None:
+            self.splicer.upstream_sequence = sequence
+        self._keep(text)
+        if template.tag is THINKING:  # learned after a reasoning delta: one was seen
+            self._text(0, THINKING, text, 1, now)
+        elif self._saw_reasoning:
+            self._text(0, CONTENT, text, 1, now)
+        else:
+            self._apply(self._answer(text), now)
+        return True
+
     def _events(self, events: list[SSEEvent], now: float) -> bytes:
         out: list[bytes] = []
         splicer = self.splicer
+        fast = self._fast
         for ev in events:
             if self.verdict is not None and self.stop_on_verdict:
                 break
+            if fast and self._templated(ev.raw, now):  # several events in one read
+                out.append(ev.raw)
+                continue
             data = ev.data
             if data is None:  # a comment
                 if self._verbatim:
@@ -154,7 +167,7 @@ class ResponsesAttempt(Attempt):
             if self._verbatim:
                 if kind in SHAPING:
                     splicer.seen(obj)
-                elif self._templates.learning:
+                elif fast and self._templates.learning:
                     channel = _TEMPLATED.get(kind)
                     if channel is not None:
                         self._templates.learn(ev.raw, data, obj, _TEXT, channel,
