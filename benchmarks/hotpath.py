@@ -1,11 +1,13 @@
 """Hot-path microbenchmark: CPU per SSE event of the sidecar's pure pipeline vs the floor.
 
-Run from the repository root: ``.venv/bin/python -m benchmarks.hotpath [--reps 5]``
+Run from the repository root: ``.venv/bin/python -m benchmarks.hotpath [--reps 5]
+[--api chat|messages|responses]``
 
-The input is what the load benchmark streams: ``sim-healthy`` chat streams taken from
-the simulator (in-process, unpaced), split into one chunk per SSE event, as a paced
-upstream delivers them. Timed per event, best of ``reps`` (medians hide nothing here:
-the work is deterministic; the best run is the one least disturbed by other processes):
+The input is what the load benchmark streams: ``sim-healthy`` streams of the API
+(``--api``, default chat) taken from the simulator (in-process, unpaced), split into one
+chunk per SSE event, as a paced upstream delivers them. Timed per event, best of
+``reps`` (medians hide nothing here: the work is deterministic; the best run is the one
+least disturbed by other processes):
 
 - ``floor``: what the bare parsing proxy does (split SSE, ``orjson.loads``, read the
   delta text);
@@ -34,15 +36,16 @@ from dataclasses import replace
 import aiohttp
 from aiohttp.test_utils import TestServer
 
-from benchmarks.floor import parse_events
+from benchmarks.floor import READERS, parse_events
+from benchmarks.loadgen import APIS, PATHS, Api, request_body
 from detectors import DetectorConfig
-from sidecar.apis.base import RequestFacts
-from sidecar.apis.openai.chat import CHAT
+from sidecar.apis import REGISTRY
+from sidecar.apis.base import WireApi
 from sidecar.core.attempt import Attempt, AttemptSpec
 from sidecar.simulator import SimulatorConfig, make_simulator_app
 
 
-async def _streams(count: int, max_tokens: int) -> list[list[bytes]]:
+async def _streams(count: int, max_tokens: int, api: Api = "chat") -> list[list[bytes]]:
     server = TestServer(make_simulator_app(SimulatorConfig(tokens_per_second=0)),
                         host="127.0.0.1")
     await server.start_server()
@@ -50,10 +53,8 @@ async def _streams(count: int, max_tokens: int) -> list[list[bytes]]:
     try:
         async with aiohttp.ClientSession() as session:
             for i in range(count):
-                body = {"model": "sim-healthy", "stream": True, "max_tokens": max_tokens,
-                        "messages": [{"role": "user", "content": f"hot {i}"}]}
-                async with session.post(server.make_url("/v1/chat/completions"),
-                                        json=body) as resp:
+                body = request_body(api, "sim-healthy", max_tokens, f"hot {i}")
+                async with session.post(server.make_url(PATHS[api]), json=body) as resp:
                     raw = await resp.read()
                 events = [e + b"\n\n" for e in raw.split(b"\n\n") if e]
                 out.append(events)
@@ -62,11 +63,21 @@ async def _streams(count: int, max_tokens: int) -> list[list[bytes]]:
     return out
 
 
+#: The API being measured (``--api``), its wire API and the floor's reader of its events.
+_API: list[tuple[Api, WireApi, Callable[[object], int]]] = []
+
+
+def _use(api: Api) -> None:
+    wire = next(w for w in REGISTRY if w.path == PATHS[api])
+    _API[:] = [(api, wire, READERS[PATHS[api]])]
+
+
 def _floor(stream: list[bytes]) -> int:
     chars = 0
     buf = b""
+    read = _API[0][2]
     for chunk in stream:
-        _done, buf, n = parse_events(buf, chunk)
+        _done, buf, n = parse_events(buf, chunk, read)
         chars += n
     return chars
 
@@ -74,11 +85,12 @@ def _floor(stream: list[bytes]) -> int:
 def _first_attempt(detectors: DetectorConfig, stop: bool) -> Attempt:
     """A first attempt as the proxy makes it with the default ladder (``["no-think"]``):
     no salvage step, so no reasoning is kept for one."""
-    facts = RequestFacts(fingerprint="", client_stream=True, usage=False)
-    splicer = CHAT.splicer(facts, None, request_id="bench", model="m")
+    api, wire, _ = _API[0]
+    facts = replace(wire.facts(request_body(api, "m", 1, "")), usage=False)
+    splicer = wire.splicer(facts, None, request_id="bench", model="m")
     spec = AttemptSpec(number=0, detectors=detectors, started_at=0.0, exchange_started=0.0,
                        stop_on_verdict=stop, keep_reasoning=False)
-    return CHAT.attempt(spec, facts, splicer, None)
+    return wire.attempt(spec, facts, splicer, None)
 
 
 def _end(attempt: Attempt, now: float) -> int:
@@ -104,9 +116,10 @@ def _floor_many(streams: list[list[bytes]]) -> int:
     """``_floor`` of every stream at once, one event of each in turn."""
     chars = 0
     bufs = [b""] * len(streams)
+    read = _API[0][2]
     for row in zip(*streams, strict=True):
         for i, chunk in enumerate(row):
-            _done, bufs[i], n = parse_events(bufs[i], chunk)
+            _done, bufs[i], n = parse_events(bufs[i], chunk, read)
             chars += n
     return chars
 
@@ -134,11 +147,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--interleave", type=int, default=0, metavar="N",
                         help="feed N streams at once, an event of each in turn (0: one "
                              "stream after the other)")
+    parser.add_argument("--api", choices=APIS, default="chat",
+                        help="the wire API of the streams (default chat)")
     args = parser.parse_args(argv)
     if args.interleave < 0 or args.streams < 1 or args.reps < 1 or args.max_tokens < 1:
         parser.error("--streams, --max-tokens and --reps must be at least 1, "
                      "--interleave at least 0")
-    streams = asyncio.run(_streams(args.streams, args.max_tokens))
+    _use(args.api)
+    streams = asyncio.run(_streams(args.streams, args.max_tokens, args.api))
     if args.interleave:
         shortest = min(len(s) for s in streams)
         streams = [streams[i % len(streams)][:shortest] for i in range(args.interleave)]
@@ -170,6 +186,7 @@ def main(argv: list[str] | None = None) -> int:
             best = min(best, time.process_time() - t0)
         results[name] = best / events * 1e6
     print(json.dumps({
+        "api": args.api,
         "events": events,
         "interleave": args.interleave,
         "us_per_event": {k: round(v, 2) for k, v in results.items()},
