@@ -127,8 +127,6 @@ class EventTemplates:
                 end = at + 1
             if end - start < 3:  # the shortest non-empty string, '"x"'
                 return None
-            if raw.find(b"\n", start, end) >= 0:  # several events: no exception raised
-                return None
             try:
                 text = orjson.loads(raw[start:end])
             except orjson.JSONDecodeError:
