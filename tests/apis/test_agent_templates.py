@@ -21,6 +21,7 @@ from sidecar.apis.responses.attempt import ResponsesAttempt
 from sidecar.apis.responses.splice import ResponsesSplicer
 from sidecar.apis.templates import EventTemplates
 from sidecar.core.attempt import Attempt, AttemptSpec
+from sidecar.dialects import DIALECTS
 from sidecar.errors import UpstreamProtocolError
 from tests.apis.recorded import recorded, request_body
 
@@ -33,7 +34,7 @@ def _attempt(api_name: str, *, stream: bool = True, templates: bool = True) -> A
     event in full (``templates=False``)."""
     api = next(a for a in REGISTRY if a.name == api_name)
     facts = api.facts(request_body(api, "sim-loop", stream=stream))
-    fold = api.fold(facts)
+    fold = api.fold(facts, DIALECTS["vllm"])
     splicer = api.splicer(facts, fold, request_id="r", model="m")
     spec = AttemptSpec(0, DetectorConfig(), 0.0, 0.0)
     if templates:
@@ -114,7 +115,9 @@ def test_templates_read_most_deltas_of_the_simulated_streams(api: str, model: st
     body = recorded(api, model)
     by_event, hits = _observe(api, _events(body))
     assert by_event == _observe(api, [body], templates=False)[0]
-    assert hits >= 200
+    tokens = by_event[3]  # one per delta the attempt read
+    assert tokens > 100
+    assert hits >= tokens - 3  # the first delta of each shape is parsed in full
 
 
 @pytest.mark.parametrize("api", AGENT_APIS)
