@@ -11,6 +11,7 @@ error with a status.
 from __future__ import annotations
 
 import abc
+from collections.abc import Awaitable
 from typing import Any
 
 from aiohttp import web
@@ -38,8 +39,9 @@ class Sink(abc.ABC):
         """The first 200 from upstream: remember its headers for the client response."""
 
     @abc.abstractmethod
-    async def write(self, data: bytes) -> None:
-        """Bytes for the client (a body sink gets none: its fold is fed instead)."""
+    def write(self, data: bytes) -> Awaitable[None]:
+        """Bytes for the client (a body sink gets none: its fold is fed instead), written
+        when the returned awaitable is awaited (await it before the next write)."""
 
     async def relay(self, status: int, headers: Any, body: bytes) -> None:
         """The upstream answered with something other than a 200 stream: pass it on."""
@@ -89,11 +91,18 @@ class StreamSink(Sink):
             self._headers = None
         return self.response
 
-    async def write(self, data: bytes) -> None:
-        # Once per chunk: skip the ``_prepared`` coroutine when the response is open.
+    def write(self, data: bytes) -> Awaitable[None]:
+        # Once per chunk: while the response is open this is the response's own write,
+        # without a coroutine of the sink's around it.
         resp = self.response
         if resp is None:
-            resp = await self._prepared()
+            return self._first_write(data)
+        self.bytes_sent += len(data)
+        return resp.write(data)
+
+    async def _first_write(self, data: bytes) -> None:
+        """Start the response, then write ``data``."""
+        resp = await self._prepared()
         self.bytes_sent += len(data)
         await resp.write(data)
 
@@ -125,8 +134,9 @@ class BodySink(Sink):
         if self._headers is None:
             self._headers = headers
 
-    async def write(self, data: bytes) -> None:
+    def write(self, data: bytes) -> Awaitable[None]:
         assert not data, "a body sink's attempts feed its fold, not bytes"
+        return _nothing()
 
     async def fail(self, err: UpstreamError, error_frames: bytes) -> None:
         self._error_response(err)
@@ -153,3 +163,7 @@ class BodySink(Sink):
         if answer.charset is not None:
             resp.charset = answer.charset
         return resp
+
+
+async def _nothing() -> None:
+    """An awaitable that writes nothing."""
