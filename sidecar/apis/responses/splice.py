@@ -26,7 +26,9 @@ also gets one SSE comment per cut (``: runaway ...``).
 from __future__ import annotations
 
 import copy
+from bisect import bisect_left
 from collections.abc import Mapping, Sequence
+from itertools import accumulate
 from typing import Any
 
 import orjson
@@ -39,6 +41,7 @@ from sidecar.core.attempt import MAX_KEPT_REASONING, Attempt, Totals
 from sidecar.errors import UpstreamError
 
 _ENDS = ("response.completed", "response.incomplete", "response.failed")
+_JOIN = 64  # the open item's deltas are joined into one string this often
 
 
 def encode(obj: dict[str, Any]) -> bytes:
@@ -103,17 +106,23 @@ class ResponsesSplicer(Splicer):
         #: the open item (kept up to ``MAX_KEPT_REASONING`` characters), for the events
         #: that close it after a cut. The attempt keeps both up to date.
         self.upstream_sequence: int | None = None
-        self.item_text: list[str] = []
-        self._item_chars = 0
+        self._pieces: list[str] = []
 
     def keep(self, text: str) -> None:
-        """A delta of the open item's text."""
-        if self._item_chars < MAX_KEPT_REASONING:
-            kept = self.item_text
-            kept.append(text)
-            self._item_chars += len(text)
-            if len(kept) >= 64:
-                self.item_text = ["".join(kept)]
+        """A delta of the open item's text (see ``item_text``). Once per delta, so the
+        bound is applied only when the pieces are joined (every ``_JOIN`` of them)."""
+        pieces = self._pieces
+        pieces.append(text)
+        if len(pieces) >= _JOIN:
+            self._pieces = [self.item_text()]
+
+    def item_text(self) -> str:
+        """The open item's text: its deltas up to the first one that brings it to
+        ``MAX_KEPT_REASONING`` characters, that one included; the later ones are not kept."""
+        pieces = self._pieces
+        # Each delta is kept while the deltas before it hold fewer characters than that.
+        ends = list(accumulate(map(len, pieces)))
+        return "".join(pieces[: bisect_left(ends, MAX_KEPT_REASONING) + 1])
 
     # -- the client's view ---------------------------------------------------------
 
@@ -127,7 +136,7 @@ class ResponsesSplicer(Splicer):
             if isinstance(item, dict):
                 self.open = _OpenItem(index, item)
                 self.items = max(self.items, index + 1)
-                self.item_text, self._item_chars = [], 0
+                self._pieces = []
         elif kind == "response.content_part.added":
             part = obj.get("part")
             if self.open is not None and isinstance(part, dict):
@@ -236,7 +245,7 @@ class ResponsesSplicer(Splicer):
         item = self.open
         if item is None:
             return []
-        text = "".join(self.item_text)
+        text = self.item_text()
         out: list[dict[str, Any]] = []
         index, item_id, ci = item.index, item.item.get("id"), item.content_index
         kind = item.item.get("type")
