@@ -20,6 +20,7 @@ one whole event of the learned shape (the caller knows the bytes start an event:
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -33,6 +34,8 @@ _MAX_TEMPLATE_BYTES = 1024
 #: Longest number read through a template: orjson reads up to 64-bit integers; a longer
 #: one (never sent) is left to a full parse, which reports it.
 _MAX_DIGITS = 15
+#: The number's place holds a plain non-negative JSON integer (no sign, no leading zero).
+_NUMBER = re.compile(rb"0|[1-9][0-9]{0,%d}" % (_MAX_DIGITS - 1)).fullmatch
 
 
 class EventTemplate:
@@ -40,11 +43,12 @@ class EventTemplate:
     docstring. ``tag`` is the caller's: what it needs to know of an event of this shape
     (which kind of delta it is)."""
 
-    __slots__ = ("after", "hits", "mid", "prefix", "start", "suffix", "tag")
+    __slots__ = ("after", "hits", "mid", "prefix", "skip", "start", "suffix", "tag")
 
     def __init__(self, prefix: bytes, mid: bytes | None, suffix: bytes, tag: object) -> None:
         self.prefix = prefix
         self.mid = mid
+        self.skip = len(mid or b"")  # from the mid's start to the number's
         self.suffix = suffix
         self.start = len(prefix) - 1  # the text's opening quote
         self.after = len(suffix)
@@ -119,11 +123,10 @@ class EventTemplates:
                 at = raw.rfind(mid, start + 1, tail)
                 if at < 0:
                     return None
-                digits = raw[at + len(mid) : tail]
-                if (not digits.isdigit() or len(digits) > _MAX_DIGITS
-                        or (digits[0] == 0x30 and len(digits) > 1)):
+                digits = _NUMBER(raw, at + template.skip, tail)
+                if digits is None:
                     return None
-                number = int(digits)
+                number = int(digits[0])
                 end = at + 1
             if end - start < 3:  # the shortest non-empty string, '"x"'
                 return None
