@@ -90,11 +90,23 @@ class ResponsesAttempt(Attempt):
     def feed(self, chunk: bytes, now: float) -> bytes:
         """Process upstream bytes; return what to send to a streaming client now.
         Raises ``UpstreamProtocolError`` for bytes that are not a Responses event stream."""
-        if (self._fast and self.verdict is None and self._decoder.idle
-                and self._templated(chunk, now)):
+        if self._fast and self.verdict is None and self._decoder.idle:
             # The common case at a paced load: ``chunk`` is one whole delta event of a
-            # learned shape, forwarded as it is (see the module docstring).
-            return chunk
+            # learned shape, forwarded as it is (see the module docstring). ``_templated``,
+            # written out: this runs once per upstream read.
+            hit = self._templates.match(chunk)
+            if hit is not None:
+                template, text, sequence = hit
+                if sequence is not None:
+                    self.splicer.upstream_sequence = sequence
+                self._keep(text)
+                if template.tag is THINKING:
+                    self._text(0, THINKING, text, 1, now)
+                elif self._saw_reasoning:
+                    self._text(0, CONTENT, text, 1, now)
+                else:
+                    self._apply(self._answer(text), now)
+                return chunk
         try:
             events = self._decoder.feed(chunk)
         except SSEError as exc:
