@@ -132,7 +132,6 @@ class Attempt(abc.ABC):
         self.done = False
         self.error: StreamError | None = None
         self.usage: Usage | None = None
-        self.counted_tokens = 0
         self.first_content_at: float | None = None
 
     # -- the wire API's part ---------------------------------------------------------
@@ -172,6 +171,11 @@ class Attempt(abc.ABC):
     def finished_choices(self) -> frozenset[int]:
         """Client-side indices of the choices this attempt finished."""
         return frozenset(self._client_index(i) for i, c in self.choices.items() if c.finished)
+
+    @property
+    def counted_tokens(self) -> int:
+        """Tokens of every choice of this attempt, counted from its text deltas."""
+        return sum(c.thinking_tokens + c.content_tokens for c in self.choices.values())
 
     @property
     def thinking_tokens(self) -> int:
@@ -235,7 +239,6 @@ class Attempt(abc.ABC):
         state = self.choices.get(index)
         if state is None:
             state = self._state(index)
-        self.counted_tokens += tokens
         if channel == THINKING:
             state.thinking_tokens += tokens
             seen = state.reasoning_seen
