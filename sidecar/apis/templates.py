@@ -20,7 +20,6 @@ one whole event of the learned shape (the caller knows the bytes start an event:
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -34,8 +33,6 @@ _MAX_TEMPLATE_BYTES = 1024
 #: Longest number read through a template: orjson reads up to 64-bit integers; a longer
 #: one (never sent) is left to a full parse, which reports it.
 _MAX_DIGITS = 15
-#: The number's place holds a plain non-negative JSON integer (no sign, no leading zero).
-_NUMBER = re.compile(rb"0|[1-9][0-9]{0,%d}" % (_MAX_DIGITS - 1)).fullmatch
 
 
 class EventTemplate:
@@ -123,10 +120,11 @@ class EventTemplates:
                 at = raw.rfind(mid, start + 1, tail)
                 if at < 0:
                     return None
-                digits = _NUMBER(raw, at + template.skip, tail)
-                if digits is None:
+                digits = raw[at + template.skip : tail]
+                if (not digits.isdigit() or len(digits) > _MAX_DIGITS
+                        or (digits[0] == 0x30 and len(digits) > 1)):
                     return None
-                number = int(digits[0])
+                number = int(digits)
                 end = at + 1
             if end - start < 3:  # the shortest non-empty string, '"x"'
                 return None
