@@ -53,7 +53,7 @@ class EventTemplate:
         self.hits = 0
 
 
-def _string_end(data: bytes, start: int) -> int:
+def string_end(data: bytes, start: int) -> int:
     """The offset just past the JSON string that opens at ``data[start]`` (a quote), or -1."""
     pos = start + 1
     while True:
@@ -176,7 +176,7 @@ class EventTemplates:
         key = path[-1].encode()
         at = data.rfind(b'"' + key + b'":')
         start = data.find(b'"', at + len(key) + 3) if at >= 0 else -1
-        end = _string_end(data, start) if start >= 0 else -1
+        end = string_end(data, start) if start >= 0 else -1
         if end < 0:
             return None
         number = obj.get(number_key) if number_key is not None else None

@@ -29,6 +29,7 @@ from typing import Any, Literal
 import orjson
 
 from detectors.base import CONTENT, THINKING, Channel
+from sidecar.apis.templates import string_end
 from sidecar.core.events import (
     DONE,
     Finish,
@@ -87,21 +88,6 @@ class Template:
         self.index = index
         self.channel = channel
         self.hits = 0
-
-
-def _string_end(data: bytes, start: int) -> int:
-    """The offset just past the JSON string that opens at ``data[start]`` (a quote), or -1."""
-    pos = start + 1
-    while True:
-        pos = data.find(b'"', pos)
-        if pos < 0:
-            return -1
-        slashes = 0
-        while data[pos - 1 - slashes] == 0x5C:  # backslash
-            slashes += 1
-        if slashes % 2 == 0:
-            return pos + 1
-        pos += 1
 
 
 class StreamModel:
@@ -263,7 +249,7 @@ class StreamModel:
             return
         at = data.rfind(b'"' + key.encode() + b'"')
         start = data.find(b'"', at + len(key) + 2) if at >= 0 else -1
-        end = _string_end(data, start) if start >= 0 else -1
+        end = string_end(data, start) if start >= 0 else -1
         if end < 0:
             return
         if start + len(data) - end > _MAX_TEMPLATE_BYTES:
