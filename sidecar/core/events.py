@@ -124,6 +124,15 @@ class ThinkTagSplitter:
                 self._emit(out, text[pos : lt + 1])
                 pos = lt + 1
 
+    def deltas(self, index: int, text: str, tokens: int, out: list[StreamEvent]) -> int:
+        """Append choice ``index``'s ``TextDelta``s for ``text`` to ``out``, ``tokens``
+        credited to the first piece and the rest free; return the tokens still uncredited
+        (``tokens`` when every piece is held back, else 0)."""
+        for channel, piece in self.split(text):
+            out.append(TextDelta(index, channel, piece, tokens))
+            tokens = 0
+        return tokens
+
     def flush(self) -> list[tuple[Channel, str]]:
         """End of stream: a held-back partial tag was text after all."""
         rest, self._pending = self._pending, ""

@@ -17,6 +17,7 @@ from sidecar.core.events import (
     Finish,
     MalformedChunk,
     StreamError,
+    StreamEvent,
     TextDelta,
     ThinkTagSplitter,
     ToolCallDelta,
@@ -129,6 +130,17 @@ def test_lone_close_tag_ends_prefilled_thinking() -> None:
     splitter = ThinkTagSplitter(in_think=True)
     assert splitter.split("reason</think>answer") == [("thinking", "reason"),
                                                       ("content", "answer")]
+
+
+def test_splitter_deltas_credit_the_tokens_to_the_first_piece() -> None:
+    """``deltas`` appends one TextDelta per piece, the tokens on the first only, and hands
+    the tokens back while every piece is held back (a partial tag)."""
+    splitter = ThinkTagSplitter()
+    out: list[StreamEvent] = []
+    assert splitter.deltas(2, "<thi", 3, out) == 3
+    assert out == []
+    assert splitter.deltas(2, "nk>plan</think>fix", 3, out) == 0
+    assert out == [TextDelta(2, "thinking", "plan", 3), TextDelta(2, "content", "fix", 0)]
 
 
 @settings(max_examples=200, deadline=None)

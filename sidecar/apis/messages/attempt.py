@@ -189,11 +189,8 @@ class MessagesAttempt(Attempt):
     def _answer(self, text: str) -> list[StreamEvent]:
         """The events of answer text while no thinking block was seen: through the inline
         ``<think>`` splitter, the delta's token on its first piece."""
-        tokens = 1
         out: list[StreamEvent] = []
-        for channel, piece in self._splitter.split(text):
-            out.append(TextDelta(0, channel, piece, tokens))
-            tokens = 0
+        self._splitter.deltas(0, text, 1, out)
         return out
 
     def _parse(self, kind: Any, obj: dict[str, Any]) -> list[StreamEvent]:

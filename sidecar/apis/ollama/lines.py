@@ -109,9 +109,7 @@ class LineModel:
             if self.saw_thinking:
                 events.append(TextDelta(0, CONTENT, text, tokens))
             else:
-                for channel, piece in self._splitter.split(text):
-                    events.append(TextDelta(0, channel, piece, tokens))
-                    tokens = 0
+                self._splitter.deltas(0, text, tokens, events)
         calls = source.get("tool_calls")
         if isinstance(calls, list) and calls:
             events.append(ToolCallDelta(0, calls))

@@ -335,11 +335,8 @@ class StreamModel:
         if state.saw_reasoning:  # a reasoning parser runs upstream: content is content
             events.append(TextDelta(index, CONTENT, text, tokens))
             return 0
-        for channel, piece in state.splitter.split(text):
-            # The chunk's tokens are credited to its first piece; the rest come free.
-            events.append(TextDelta(index, channel, piece, tokens))
-            tokens = 0
-        return tokens
+        # The chunk's tokens are credited to its first piece; the rest come free.
+        return state.splitter.deltas(index, text, tokens, events)
 
 
 def _error_event(err: Any) -> StreamError:
