@@ -64,6 +64,74 @@ def chat(model_kind: str, **fields: Any) -> dict[str, Any]:
     return {"model": f"tiny-{model_kind}", "messages": USER, **fields}
 
 
+# The cases both servers record alike (each table below keeps its own order).
+LOOP_NONSTREAM = Case(
+    "chat_thinking_loop_nonstream.json",
+    "loop",
+    "/v1/chat/completions",
+    chat("loop", max_tokens=48),
+    headers_file="response_headers_nonstream.txt",
+)
+
+THINKING_OFF_NONSTREAM = Case(
+    "chat_thinking_off_nonstream.json",
+    "loop",
+    "/v1/chat/completions",
+    chat("loop", max_tokens=48, **THINK_OFF),
+)
+
+LEAKY_THINKING_OFF_LOOP = Case(
+    "chat_leaky_thinking_off_loop.sse",
+    "leaky",
+    "/v1/chat/completions",
+    chat("leaky", max_tokens=96, stream=True, **USAGE, **THINK_OFF),
+    note="thinking off still loops, in content",
+)
+
+LEAKY_THINKING_OFF_NONSTREAM = Case(
+    "chat_leaky_thinking_off_nonstream.json",
+    "leaky",
+    "/v1/chat/completions",
+    chat("leaky", max_tokens=96, **THINK_OFF),
+)
+
+HEALTHY_THINKING = Case(
+    "chat_healthy_thinking.sse",
+    "healthy",
+    "/v1/chat/completions",
+    chat("healthy", max_tokens=1024, stream=True, **USAGE),
+    note="301 distinct reasoning tokens, </think>, answer, stop",
+)
+
+HEALTHY_NONSTREAM = Case(
+    "chat_healthy_nonstream.json",
+    "healthy",
+    "/v1/chat/completions",
+    chat("healthy", max_tokens=1024),
+)
+
+N2 = Case(
+    "chat_n2.sse",
+    "loop",
+    "/v1/chat/completions",
+    chat("loop", max_tokens=24, n=2, stream=True, **USAGE),
+)
+
+RAW_THINK_TAGS = Case(
+    "completions_raw_think_tags.sse",
+    "loop",
+    "/v1/completions",
+    {
+        "model": "tiny-loop",
+        "prompt": f"<|im_start|>user\n{QUESTION}<|im_end|>\n<|im_start|>assistant\n",
+        "max_tokens": 30,
+        "stream": True,
+        **USAGE,
+    },
+    note="no reasoning parsing on /v1/completions: <think> arrives as text",
+)
+
+
 CASES: tuple[Case, ...] = (
     Case("models.json", "loop", "/v1/models", method="GET"),
     Case(
@@ -93,13 +161,7 @@ CASES: tuple[Case, ...] = (
         chat("loop", max_tokens=512, stream=True, **USAGE),
         note="22 repeats of the 23-token loop: enough for the detectors to fire",
     ),
-    Case(
-        "chat_thinking_loop_nonstream.json",
-        "loop",
-        "/v1/chat/completions",
-        chat("loop", max_tokens=48),
-        headers_file="response_headers_nonstream.txt",
-    ),
+    LOOP_NONSTREAM,
     Case(
         "chat_thinking_off_answer.sse",
         "loop",
@@ -107,50 +169,18 @@ CASES: tuple[Case, ...] = (
         chat("loop", max_tokens=48, stream=True, **USAGE, **THINK_OFF),
         note="the reissue: thinking off answers and stops",
     ),
-    Case(
-        "chat_thinking_off_nonstream.json",
-        "loop",
-        "/v1/chat/completions",
-        chat("loop", max_tokens=48, **THINK_OFF),
-    ),
-    Case(
-        "chat_leaky_thinking_off_loop.sse",
-        "leaky",
-        "/v1/chat/completions",
-        chat("leaky", max_tokens=96, stream=True, **USAGE, **THINK_OFF),
-        note="thinking off still loops, in content",
-    ),
-    Case(
-        "chat_leaky_thinking_off_nonstream.json",
-        "leaky",
-        "/v1/chat/completions",
-        chat("leaky", max_tokens=96, **THINK_OFF),
-    ),
-    Case(
-        "chat_healthy_thinking.sse",
-        "healthy",
-        "/v1/chat/completions",
-        chat("healthy", max_tokens=1024, stream=True, **USAGE),
-        note="301 distinct reasoning tokens, </think>, answer, stop",
-    ),
-    Case(
-        "chat_healthy_nonstream.json",
-        "healthy",
-        "/v1/chat/completions",
-        chat("healthy", max_tokens=1024),
-    ),
+    THINKING_OFF_NONSTREAM,
+    LEAKY_THINKING_OFF_LOOP,
+    LEAKY_THINKING_OFF_NONSTREAM,
+    HEALTHY_THINKING,
+    HEALTHY_NONSTREAM,
     Case(
         "chat_korean_loop.sse",
         "korean",
         "/v1/chat/completions",
         chat("korean", max_tokens=96, stream=True, **USAGE),
     ),
-    Case(
-        "chat_n2.sse",
-        "loop",
-        "/v1/chat/completions",
-        chat("loop", max_tokens=24, n=2, stream=True, **USAGE),
-    ),
+    N2,
     Case(
         "chat_n2_nonstream.json", "loop", "/v1/chat/completions", chat("loop", max_tokens=24, n=2)
     ),
@@ -179,19 +209,7 @@ CASES: tuple[Case, ...] = (
             repetition_detection={"max_pattern_size": 64, "min_pattern_size": 4, "min_count": 3},
         ),
     ),
-    Case(
-        "completions_raw_think_tags.sse",
-        "loop",
-        "/v1/completions",
-        {
-            "model": "tiny-loop",
-            "prompt": f"<|im_start|>user\n{QUESTION}<|im_end|>\n<|im_start|>assistant\n",
-            "max_tokens": 30,
-            "stream": True,
-            **USAGE,
-        },
-        note="no reasoning parsing on /v1/completions: <think> arrives as text",
-    ),
+    RAW_THINK_TAGS,
     Case(
         "chat_salvage_continue_final.sse",
         "loop",
@@ -268,13 +286,7 @@ LLAMACPP_CASES: tuple[Case, ...] = (
         chat("loop", max_tokens=48, stream=True, **USAGE),
         note="include_usage: usage and timings on a last chunk with choices []",
     ),
-    Case(
-        "chat_thinking_loop_nonstream.json",
-        "loop",
-        "/v1/chat/completions",
-        chat("loop", max_tokens=48),
-        headers_file="response_headers_nonstream.txt",
-    ),
+    LOOP_NONSTREAM,
     Case(
         "chat_thinking_off_answer.sse",
         "loop",
@@ -282,12 +294,7 @@ LLAMACPP_CASES: tuple[Case, ...] = (
         chat("loop", max_tokens=48, stream=True, **USAGE, **THINK_OFF),
         note="the reissue: chat_template_kwargs enable_thinking false answers and stops",
     ),
-    Case(
-        "chat_thinking_off_nonstream.json",
-        "loop",
-        "/v1/chat/completions",
-        chat("loop", max_tokens=48, **THINK_OFF),
-    ),
+    THINKING_OFF_NONSTREAM,
     Case(
         "chat_reasoning_effort_none.sse",
         "loop",
@@ -323,51 +330,12 @@ LLAMACPP_CASES: tuple[Case, ...] = (
         chat("loop", max_tokens=64, thinking_token_budget=20, stream=True, **USAGE),
         note="vLLM's field is not llama.cpp's: ignored, the loop runs to max_tokens",
     ),
-    Case(
-        "chat_leaky_thinking_off_loop.sse",
-        "leaky",
-        "/v1/chat/completions",
-        chat("leaky", max_tokens=96, stream=True, **USAGE, **THINK_OFF),
-        note="thinking off still loops, in content",
-    ),
-    Case(
-        "chat_leaky_thinking_off_nonstream.json",
-        "leaky",
-        "/v1/chat/completions",
-        chat("leaky", max_tokens=96, **THINK_OFF),
-    ),
-    Case(
-        "chat_healthy_thinking.sse",
-        "healthy",
-        "/v1/chat/completions",
-        chat("healthy", max_tokens=1024, stream=True, **USAGE),
-        note="301 distinct reasoning tokens, </think>, answer, stop",
-    ),
-    Case(
-        "chat_healthy_nonstream.json",
-        "healthy",
-        "/v1/chat/completions",
-        chat("healthy", max_tokens=1024),
-    ),
-    Case(
-        "chat_n2.sse",
-        "loop",
-        "/v1/chat/completions",
-        chat("loop", max_tokens=24, n=2, stream=True, **USAGE),
-    ),
-    Case(
-        "completions_raw_think_tags.sse",
-        "loop",
-        "/v1/completions",
-        {
-            "model": "tiny-loop",
-            "prompt": f"<|im_start|>user\n{QUESTION}<|im_end|>\n<|im_start|>assistant\n",
-            "max_tokens": 30,
-            "stream": True,
-            **USAGE,
-        },
-        note="no reasoning parsing on /v1/completions: <think> arrives as text",
-    ),
+    LEAKY_THINKING_OFF_LOOP,
+    LEAKY_THINKING_OFF_NONSTREAM,
+    HEALTHY_THINKING,
+    HEALTHY_NONSTREAM,
+    N2,
+    RAW_THINK_TAGS,
     Case(
         "chat_salvage_continue_final.sse",
         "loop",
