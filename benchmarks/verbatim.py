@@ -120,26 +120,24 @@ def measure(names: list[str], top: int) -> None:
                 run = max(runs, key=lambda c: c.copied, default=None)
                 rows.append((name, index, record, start, longest, run))
     print(f"{len(rows)} traces of {', '.join(names)}")
-    print("\nlongest verbatim copy (any distance), outside code:")
+    _copy_table("longest verbatim copy (any distance), outside code",
+                [(r, r[4]) for r in rows if r[4]], top)
+    runs = [(r, r[5]) for r in rows if r[5]]
+    _copy_table("longest run (a unit written at least twice in a row), outside code", runs, top)
+    print(f"\ntraces with a run: {len(runs)}; with a run of 100+ character units: "
+          f"{sum(1 for _, c in runs if c.period >= 100)}")
+
+
+def _copy_table(title: str, found: list[tuple[tuple[Any, ...], Copy]], top: int) -> None:
+    """Print the ``top`` longest of ``found`` (a trace's row and one of its copies) as a
+    Markdown table under ``title``."""
+    print(f"\n{title}:")
     print("| trace | model | label | at | period | copied | copies |")
     print("|---|---|---|---|---|---|---|")
-    by_copy = sorted((r for r in rows if r[4]), key=lambda r: -r[4].copied)  # type: ignore[union-attr]
-    for name, index, record, start, c, _ in by_copy[:top]:
-        assert c is not None
+    for (name, index, record, start, *_), c in sorted(found, key=lambda f: -f[1].copied)[:top]:
         print(f"| {name}#{index} {record['source'].rsplit('/', 1)[-1]} | {record['model']} | "
               f"{record['label']} | {start + c.at} | {c.period} | {c.copied} | "
               f"{c.copies:.2f} |")
-    print("\nlongest run (a unit written at least twice in a row), outside code:")
-    print("| trace | model | label | at | period | copied | copies |")
-    print("|---|---|---|---|---|---|---|")
-    by_run = sorted((r for r in rows if r[5]), key=lambda r: -r[5].copied)  # type: ignore[union-attr]
-    for name, index, record, start, _, c in by_run[:top]:
-        assert c is not None
-        print(f"| {name}#{index} {record['source'].rsplit('/', 1)[-1]} | {record['model']} | "
-              f"{record['label']} | {start + c.at} | {c.period} | {c.copied} | "
-              f"{c.copies:.2f} |")
-    print(f"\ntraces with a run: {len(by_run)}; with a run of 100+ character units: "
-          f"{sum(1 for r in by_run if r[5] and r[5].period >= 100)}")
 
 
 def _reasoning(index: int) -> str:
