@@ -208,6 +208,11 @@ class Node:
         """Base URL of the sidecar (``via="sidecar"``) or of vLLM directly (``"vllm"``)."""
         return {"sidecar": self.sidecar_url, "vllm": self.vllm_url}[via]
 
+    @property
+    def upstream_url(self) -> str:
+        """The server's own base URL: what a sidecar in front of it names as upstream."""
+        return self.vllm_url
+
     def client(self, via: str = "sidecar", base_url: str | None = None) -> openai.OpenAI:
         """An SDK client without retries, so every request is exactly one request."""
         return openai.OpenAI(
@@ -602,7 +607,7 @@ def _spawned_sidecar(node: Node, config: str, tmp_path: Path) -> Iterator[str]:
             "--config",
             str(cfg),
             "--upstream",
-            node.vllm_url,
+            node.upstream_url,
             "--listen",
             f"127.0.0.1:{port}",
             "--metrics-listen",
@@ -643,8 +648,9 @@ def _spawned_sidecar(node: Node, config: str, tmp_path: Path) -> Iterator[str]:
 
 @pytest.fixture
 def spawn_sidecar(tmp_path: Path) -> Iterator[Any]:
-    """Start an extra sidecar with a test-written TOML config in front of a node's vLLM;
-    yields ``start(node, config_text) -> base_url``. Stopped after the test."""
+    """Start an extra sidecar with a test-written TOML config in front of a node's server
+    (``Node.upstream_url``: vLLM here, llama-server for tests/e2e/llamacpp, which uses this
+    fixture too); yields ``start(node, config_text) -> base_url``. Stopped after the test."""
     with contextlib.ExitStack() as stack:
         count = 0
 

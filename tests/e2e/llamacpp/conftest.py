@@ -26,18 +26,17 @@ Adding a route (the coding-agent APIs, ``/v1/messages`` and ``/v1/responses``): 
 module beside these uses ``node.url(via)`` for the base URL of the sidecar or the server,
 ``node.wait_idle()`` / ``node.processing()`` for the slots, and ``node.messages(tag)`` for
 a fresh user turn; nothing here is specific to chat completions but ``stream``/``complete``.
+
+The fixtures ``e2e_report`` (the run report) and ``spawn_sidecar`` (an extra sidecar with a
+test's own config, in front of ``Node.upstream_url``) come from tests/e2e/conftest.py.
 """
 
 from __future__ import annotations
 
-import contextlib
 import http.client
 import importlib.util
 import json
 import os
-import socket
-import subprocess
-import sys
 import time
 import urllib.parse
 import uuid
@@ -202,6 +201,12 @@ class Node:
         """Base URL of the sidecar (``via="sidecar"``) or of llama-server (``"llamacpp"``)."""
         return {"sidecar": self.sidecar_url, "llamacpp": self.server_url}[via]
 
+    @property
+    def upstream_url(self) -> str:
+        """The server's own base URL: what a sidecar in front of it names as upstream
+        (``spawn_sidecar`` of tests/e2e/conftest.py reads it)."""
+        return self.server_url
+
     def client(self, via: str = "sidecar", base_url: str | None = None) -> openai.OpenAI:
         """An SDK client without retries, so every request is exactly one request."""
         return openai.OpenAI(
@@ -325,84 +330,3 @@ def leaky_node() -> Node:
 def healthy_node() -> Node:
     """The model that thinks ~300 distinct tokens, closes </think> and answers."""
     return _node("healthy")
-
-
-def report(name: str, **data: Any) -> None:
-    """Append a measurement to the run report (``E2E_REPORT``), which the script prints."""
-    path = os.environ.get("E2E_REPORT")
-    if path:
-        with open(path, "a", encoding="utf-8") as fh:
-            fh.write(json.dumps({"test": name, **data}) + "\n")
-
-
-@pytest.fixture
-def e2e_report() -> Any:
-    """The run-report writer, as a fixture (tests cannot import this conftest)."""
-    return report
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
-@contextlib.contextmanager
-def _spawned_sidecar(node: Node, config: str, tmp_path: Path) -> Iterator[str]:
-    cfg = tmp_path / "sidecar.toml"
-    cfg.write_text(config, encoding="utf-8")
-    port, mport = _free_port(), _free_port()
-    log = (tmp_path / "sidecar.log").open("wb")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "sidecar", "serve", "--config", str(cfg),
-         "--upstream", node.server_url, "--listen", f"127.0.0.1:{port}",
-         "--metrics-listen", f"127.0.0.1:{mport}"],
-        cwd=ROOT,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            if proc.poll() is not None:
-                log.flush()
-                raise AssertionError(
-                    f"sidecar exited with {proc.returncode}:\n"
-                    + (tmp_path / "sidecar.log").read_text(errors="replace")[-3000:]
-                )
-            try:
-                http_get(url + "/v1/models", timeout=1.0)
-                break
-            except Exception:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.2)
-        yield url
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=5)
-        log.close()
-
-
-@pytest.fixture
-def spawn_sidecar(tmp_path: Path) -> Iterator[Any]:
-    """Start an extra sidecar with a test-written TOML config in front of a node's
-    llama-server; yields ``start(node, config_text) -> base_url``. Stopped after the test."""
-    with contextlib.ExitStack() as stack:
-        count = 0
-
-        def start(node: Node, config: str) -> str:
-            nonlocal count
-            count += 1
-            sub = tmp_path / f"sidecar{count}"
-            sub.mkdir()
-            return stack.enter_context(_spawned_sidecar(node, config, sub))
-
-        yield start
