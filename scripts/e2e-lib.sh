@@ -16,6 +16,31 @@ CACHE=${RUNAWAY_E2E_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/runaway-sidecar}
 LOG_NOISE=${LOG_NOISE:-'^$'}
 SERVE=${SERVE:-0}
 
+# e2e_parse_args HELP_END ARGS...: the options both scripts take (see their headers). Sets
+# RECORD, RUN_TESTS, SERVE, SETUP_ONLY and PYTEST_ARGS (what follows --); --help prints
+# lines 2 to HELP_END of the script, its header.
+e2e_parse_args() {
+  local help_end=$1
+  shift
+  RECORD=0 RUN_TESTS=1 SERVE=0 SETUP_ONLY=0
+  PYTEST_ARGS=()
+  while (($#)); do
+    case $1 in
+      --record) RECORD=1 ;;
+      --record-only) RECORD=1; RUN_TESTS=0 ;;
+      --serve) SERVE=1 ;;
+      --setup-only) SETUP_ONLY=1 ;;
+      --) shift; PYTEST_ARGS=("$@"); break ;;
+      -h|--help) sed -n "2,${help_end}p" "$0"; exit 0 ;;
+      *) echo "$E2E_NAME: unknown argument $1" >&2; exit 2 ;;
+    esac
+    shift
+  done
+}
+
+# The site-packages directory of the venv at $VENV.
+site_dir() { compgen -G "$VENV/lib/python3*/site-packages" | head -n 1; }
+
 say() { printf '%s [%4ds] %s\n' "$E2E_NAME" "$(( $(date +%s) - T0 ))" "$*" >&2; }
 
 stop_all() {

@@ -51,29 +51,11 @@ CTX=8192     # two slots of 4096 tokens each: a test and a direct comparison at 
 SLOTS=2
 CAPTURES=tests/data/captures/llama.cpp
 
-RECORD=0
-RUN_TESTS=1
-SERVE=0
-SETUP_ONLY=0
-PYTEST_ARGS=()
-while (($#)); do
-  case $1 in
-    --record) RECORD=1 ;;
-    --record-only) RECORD=1; RUN_TESTS=0 ;;
-    --serve) SERVE=1 ;;
-    --setup-only) SETUP_ONLY=1 ;;
-    --) shift; PYTEST_ARGS=("$@"); break ;;
-    -h|--help) sed -n '2,33p' "$0"; exit 0 ;;
-    *) echo "$E2E_NAME: unknown argument $1" >&2; exit 2 ;;
-  esac
-  shift
-done
+e2e_parse_args 33 "$@"
 
 e2e_start
 
 # ------------------------------------------------------------------------------ llama-server
-
-site_dir() { compgen -G "$VENV/lib/python3*/site-packages" | head -n 1; }
 
 SERVER_BIN=
 server_ok() {

@@ -53,29 +53,11 @@ KINDS=(loop leaky healthy korean)
 SERVER_MIB=3000   # measured: ~2.5 GiB per server (API server, engine core, worker, 1 GiB KV)
 RESERVE_MIB=1500  # left for the sidecars, pytest and the OS
 
-RECORD=0
-RUN_TESTS=1
-SERVE=0
-SETUP_ONLY=0
-PYTEST_ARGS=()
-while (($#)); do
-  case $1 in
-    --record) RECORD=1 ;;
-    --record-only) RECORD=1; RUN_TESTS=0 ;;
-    --serve) SERVE=1 ;;
-    --setup-only) SETUP_ONLY=1 ;;
-    --) shift; PYTEST_ARGS=("$@"); break ;;
-    -h|--help) sed -n '2,30p' "$0"; exit 0 ;;
-    *) echo "e2e-vllm: unknown argument $1" >&2; exit 2 ;;
-  esac
-  shift
-done
+e2e_parse_args 30 "$@"
 
 e2e_start
 
 # ---------------------------------------------------------------------------------- venv
-
-site_dir() { compgen -G "$VENV/lib/python3*/site-packages" | head -n 1; }
 
 venv_ok() {
   local site
