@@ -646,6 +646,31 @@ def _spawned_sidecar(node: Node, config: str, tmp_path: Path) -> Iterator[str]:
         log.close()
 
 
+#: A sidecar config whose only detector is a thinking budget (keys of detectors/config.py
+#: and sidecar/config.py), so the thinking-off reissue, which loops in content on the leaky
+#: model, runs unwatched: a client can leave while it streams.
+BUDGET_ONLY_CONFIG = """\
+mode = "enforce"
+[detectors]
+thinking_token_budget = 40
+recurrence_enabled = false
+periodic_enabled = false
+degeneration_enabled = false
+content_enabled = false
+[reissue]
+ladder = ["no-think"]
+max_attempts = 2
+[memory]
+enabled = false
+"""
+
+
+@pytest.fixture
+def budget_only_config() -> str:
+    """``BUDGET_ONLY_CONFIG``, as a fixture (tests cannot import this conftest)."""
+    return BUDGET_ONLY_CONFIG
+
+
 @pytest.fixture
 def spawn_sidecar(tmp_path: Path) -> Iterator[Any]:
     """Start an extra sidecar with a test-written TOML config in front of a node's server

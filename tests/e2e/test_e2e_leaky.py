@@ -73,27 +73,10 @@ def test_ladder_nonstreaming(leaky_node) -> None:
     assert headers.get("x-runaway-detector")
 
 
-# [e2e-disconnect] Assumed keys (detectors/config.py, sidecar/config.py): a thinking budget
-# is the only detector, so the thinking-off reissue (which loops in content) runs unwatched.
-BUDGET_ONLY_CONFIG = """\
-mode = "enforce"
-[detectors]
-thinking_token_budget = 40
-recurrence_enabled = false
-periodic_enabled = false
-degeneration_enabled = false
-content_enabled = false
-[reissue]
-ladder = ["no-think"]
-max_attempts = 2
-[memory]
-enabled = false
-"""
-
-
-def test_disconnect_during_reissue_stops_vllm(leaky_node, spawn_sidecar, e2e_report) -> None:
+def test_disconnect_during_reissue_stops_vllm(leaky_node, spawn_sidecar, budget_only_config,
+                                              e2e_report) -> None:
     """A client leaving while the thinking-off reissue streams makes vLLM abort it too."""
-    url = spawn_sidecar(leaky_node, BUDGET_ONLY_CONFIG)
+    url = spawn_sidecar(leaky_node, budget_only_config)
     def fifteen_content(chunks: list[ChatCompletionChunk]) -> bool:
         # The first attempt is reasoning only: content means the reissue is streaming.
         return sum(any(c.delta.content for c in ch.choices) for ch in chunks) >= 15

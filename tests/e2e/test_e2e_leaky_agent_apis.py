@@ -20,24 +20,6 @@ pytestmark = pytest.mark.vllm
 MAX_TOKENS = 8000
 APIS = ("messages", "responses")
 
-# As in test_e2e_leaky.py: a thinking budget is the only detector, so the thinking-off
-# reissue (which loops in content) runs unwatched.
-BUDGET_ONLY_CONFIG = """\
-mode = "enforce"
-[detectors]
-thinking_token_budget = 40
-recurrence_enabled = false
-periodic_enabled = false
-degeneration_enabled = false
-content_enabled = false
-[reissue]
-ladder = ["no-think"]
-max_attempts = 2
-[memory]
-enabled = false
-"""
-
-
 @pytest.mark.parametrize("api", APIS)
 def test_ladder_ends_at_the_length_limit(leaky_node, api, e2e_report) -> None:
     """Thinking loops, thinking off loops in the answer (twice): the client gets one
@@ -74,9 +56,9 @@ def test_ladder_ends_at_the_length_limit(leaky_node, api, e2e_report) -> None:
 
 @pytest.mark.parametrize("api", APIS)
 def test_disconnect_during_reissue_stops_vllm(leaky_node, api, spawn_sidecar,
-                                              e2e_report) -> None:
+                                              budget_only_config, e2e_report) -> None:
     """A client leaving while the thinking-off reissue streams makes vLLM abort it too."""
-    url = spawn_sidecar(leaky_node, BUDGET_ONLY_CONFIG)
+    url = spawn_sidecar(leaky_node, budget_only_config)
     resource = leaky_node.agent_client(api, base_url=url)
     kind = "text_delta" if api == "messages" else "response.output_text.delta"
 
