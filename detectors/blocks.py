@@ -43,26 +43,28 @@ class Block:
 class Blocker:
     """Accumulates a channel's deltas and hands out :class:`Block` values."""
 
-    __slots__ = ("_buf", "_carry", "_cut")
+    __slots__ = ("_carry", "_cut", "pending")
 
     def __init__(self) -> None:
-        # The text since the last block, one string: the deltas themselves are not kept
-        # (a list of them held ~25 small strings, 1.4 KiB, per idle stream).
-        self._buf = ""
+        #: The text since the last block, one string, always shorter than ``BLOCK_CHARS``:
+        #: the deltas themselves are not kept (a list of them held ~25 small strings,
+        #: 1.4 KiB, per idle stream). A caller may append a delta here itself when the
+        #: sum stays shorter than ``BLOCK_CHARS`` (what ``push`` would do, without a call).
+        self.pending = ""
         self._carry = ""
-        # Characters handed out in blocks so far (the channel's offset where ``_buf`` starts).
+        # Characters handed out in blocks so far (the channel's offset where ``pending`` starts).
         self._cut = 0
 
     @property
     def chars(self) -> int:
         """Characters of this channel seen so far."""
-        return self._cut + len(self._buf)
+        return self._cut + len(self.pending)
 
     def push(self, text: str) -> list[Block] | None:
         """Take a delta; return the blocks it completes, or None (the common case)."""
-        buf = self._buf + text
+        buf = self.pending + text
         if len(buf) < BLOCK_CHARS:
-            self._buf = buf
+            self.pending = buf
             return None
         blocks: list[Block] = []
         start_end = self._cut
@@ -71,7 +73,7 @@ class Blocker:
             piece = buf[pos : pos + BLOCK_CHARS]
             pos += BLOCK_CHARS
             blocks.append(self._block(piece, start_end + pos))
-        self._buf = buf[pos:]
+        self.pending = buf[pos:]
         self._cut = start_end + pos
         return blocks
 

@@ -15,7 +15,7 @@ from collections.abc import Callable
 
 from detectors.analyzer import BlockAnalyzer
 from detectors.base import THINKING, Channel, Verdict
-from detectors.blocks import Blocker
+from detectors.blocks import BLOCK_CHARS, Blocker
 from detectors.budget import Stall, ThinkingSecondsBudget, ThinkingTokenBudget
 from detectors.config import DetectorConfig
 from detectors.degeneration import DegenerationAnalyzer
@@ -122,6 +122,7 @@ class Chain:
         "_seconds_budget",
         "_stall",
         "_thinking",
+        "_thinking_blocker",
         "_token_budget",
         "_token_limit",
         "chars",
@@ -136,6 +137,8 @@ class Chain:
         factories = text_analyzers(config)
         self._factories = factories
         self._thinking = _Stream(factories)
+        # The thinking channel's blocker while a text detector watches it (``think``).
+        self._thinking_blocker = self._thinking.blocker if factories else None
         # Set once the content channel has produced its first block (see ``feed``).
         self._answered = False
         # Built on the first content delta: most of a reasoning stream never needs its tables.
@@ -201,10 +204,15 @@ class Chain:
             stream = self._content
         if not stream.analyzers:  # no text detector watches this channel: nothing to cut
             return None
-        blocks = stream.blocker.push(text)
+        blocker = stream.blocker
+        pending = blocker.pending + text
+        if len(pending) < BLOCK_CHARS:  # ``Blocker.push`` without a call: no block yet
+            blocker.pending = pending
+            return None
+        blocks = blocker.push(text)
         if blocks is None:
             return None
-        base = stream.blocker.chars - len(text)  # the channel's characters before this delta
+        base = blocker.chars - len(text)  # the channel's characters before this delta
         if not self._answered and stream is self._content:
             # The answer has begun: 256 characters of content, not a line break before a
             # <think>. Thinking does not come back after the answer with the reasoning
@@ -212,6 +220,7 @@ class Chain:
             # released; thinking that does come back starts from fresh state.
             self._answered = True
             self._thinking = _Stream(self._factories)
+            self._thinking_blocker = self._thinking.blocker
         for block in blocks:
             for name, analyzer in stream.analyzers:
                 found = analyzer.analyze(block)
@@ -225,6 +234,27 @@ class Chain:
                         before + (block.end - base),
                     )
                     return self.verdict
+        return None
+
+    def think(self, text: str, tokens: int, now: float) -> Verdict | None:
+        """``feed(THINKING, text, tokens, now)``, for the hot path: a delta that reaches
+        no budget and completes no block (nearly every one) is counted and kept here in
+        the fewest steps, and any other goes through ``feed``. The same state and
+        verdicts either way."""
+        thinking = self.thinking_tokens + tokens
+        blocker = self._thinking_blocker
+        if blocker is None:  # no text detector watches thinking
+            return self.feed(THINKING, text, tokens, now)
+        pending = blocker.pending + text
+        if (len(pending) >= BLOCK_CHARS or thinking >= self._token_limit
+                or now >= self._deadline or self.verdict is not None):
+            return self.feed(THINKING, text, tokens, now)
+        self.thinking_tokens = thinking
+        self.chars += len(text)
+        if now > self._last_at:  # noqa: PLR1730 (as in ``feed``)
+            self._last_at = now
+        self._last_channel = THINKING
+        blocker.pending = pending
         return None
 
     def _budgets(self, now: float) -> Verdict | None:
