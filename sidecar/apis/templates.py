@@ -35,6 +35,24 @@ _MAX_TEMPLATE_BYTES = 1024
 _MAX_DIGITS = 15
 
 
+#: The fixed parts of templates, one bytes object for equal bytes across streams: most are
+#: the same on every stream of a server (an event name, a key order), and one object that
+#: every stream reads stays in the CPU caches where a copy per stream would not. Bounded:
+#: once full, parts are kept as they came.
+_SHARED: dict[bytes, bytes] = {}
+_MAX_SHARED = 1024
+
+
+def _shared(part: bytes) -> bytes:
+    """``part``, or the equal bytes object already shared."""
+    found = _SHARED.get(part)
+    if found is not None:
+        return found
+    if len(_SHARED) < _MAX_SHARED:
+        _SHARED[part] = part
+    return part
+
+
 class EventTemplate:
     """The bytes of one event shape around its text (and number); see the module
     docstring. ``tag`` is the caller's: what it needs to know of an event of this shape
@@ -43,10 +61,10 @@ class EventTemplate:
     __slots__ = ("after", "hits", "mid", "prefix", "skip", "start", "suffix", "tag")
 
     def __init__(self, prefix: bytes, mid: bytes | None, suffix: bytes, tag: object) -> None:
-        self.prefix = prefix
+        self.prefix = _shared(prefix)
         self.mid = mid
         self.skip = len(mid or b"")  # from the mid's start to the number's
-        self.suffix = suffix
+        self.suffix = _shared(suffix)
         self.start = len(prefix) - 1  # the text's opening quote
         self.after = len(suffix)
         self.tag = tag
@@ -84,10 +102,17 @@ class EventTemplates:
     whose delta events differ in more than the holes: nothing to gain), or sixteen delta
     events could not be learned (a shape these templates cannot hold)."""
 
-    __slots__ = ("_dropped_hits", "_failed", "_fruitless", "_templates")
+    __slots__ = ("_dropped_hits", "_failed", "_fruitless", "_head", "_templates", "number",
+                 "tag")
 
     def __init__(self) -> None:
         self._templates: list[EventTemplate] = []
+        # ``_templates[0]``, or None: read without the list (one object less to fetch
+        # from memory per event, see ``Attempt.__init__``).
+        self._head: EventTemplate | None = None
+        #: The tag of the template of the last event ``match`` read, and its number.
+        self.tag: object = None
+        self.number: int | None = None
         self._fruitless = 0
         self._failed = 0
         self._dropped_hits = 0
@@ -102,41 +127,51 @@ class EventTemplates:
         """How many events were read through a template (not parsed in full)."""
         return self._dropped_hits + sum(t.hits for t in self._templates)
 
-    def match(self, raw: bytes) -> tuple[EventTemplate, str, int | None] | None:
-        """The template whose shape the whole event ``raw`` has, its text (not empty) and
-        its number (None for a template without a number hole); or None, when only a full
-        parse can read ``raw``: no template fits, or the text's place holds no single JSON
-        string, or the number's place no plain non-negative integer."""
-        for template in self._templates:
-            if not raw.startswith(template.prefix) or not raw.endswith(template.suffix):
-                continue
-            tail = len(raw) - template.after
-            start = template.start
-            mid = template.mid
-            number: int | None = None
-            if mid is None:
-                end = tail + 1  # the suffix starts with the closing quote
+    def match(self, raw: bytes) -> str | None:
+        """The text (not empty) of the whole event ``raw``, when it has the shape of a
+        learned template: that template's tag is then :attr:`tag` and the event's number
+        :attr:`number` (None for a template without a number hole). None, when only a
+        full parse can read ``raw``: no template fits, or the text's place holds no single
+        JSON string, or the number's place no plain non-negative integer."""
+        template = self._head  # the last learned: the one nearly every event has
+        if template is None:
+            return None
+        if not (raw.startswith(template.prefix) and raw.endswith(template.suffix)):
+            for template in self._templates:
+                if raw.startswith(template.prefix) and raw.endswith(template.suffix):
+                    break
             else:
-                at = raw.rfind(mid, start + 1, tail)
-                if at < 0:
-                    return None
-                digits = raw[at + template.skip : tail]
-                if (not digits.isdigit() or len(digits) > _MAX_DIGITS
-                        or (digits[0] == 0x30 and len(digits) > 1)):
-                    return None
-                number = int(digits)
-                end = at + 1
+                return None
+        tail = len(raw) - template.after
+        start = template.start
+        mid = template.mid
+        if mid is None:
+            end = tail + 1  # the suffix starts with the closing quote
             if end - start < 3:  # the shortest non-empty string, '"x"'
                 return None
-            try:
-                text = orjson.loads(raw[start:end])
-            except orjson.JSONDecodeError:
-                return None  # not one string: a full parse reports what is wrong
-            if type(text) is not str:
+            number = None
+        else:
+            # The mid starts with the closing quote, which a non-empty string puts at
+            # ``start + 2`` or later.
+            at = raw.rfind(mid, start + 2, tail)
+            if at < 0:
                 return None
-            template.hits += 1
-            return template, text, number
-        return None
+            digits = raw[at + template.skip : tail]
+            if (not digits.isdigit() or len(digits) > _MAX_DIGITS
+                    or (digits[0] == 0x30 and len(digits) > 1)):
+                return None
+            number = int(digits)
+            end = at + 1
+        try:
+            text = orjson.loads(raw[start:end])
+        except orjson.JSONDecodeError:
+            return None  # not one string: a full parse reports what is wrong
+        if type(text) is not str:
+            return None
+        template.hits += 1
+        self.tag = template.tag
+        self.number = number
+        return text
 
     def learn(self, raw: bytes, data: bytes, obj: dict[str, Any], path: Sequence[str],
               tag: object, number_key: str | None = None) -> None:
@@ -161,6 +196,7 @@ class EventTemplates:
             if not dropped.hits:
                 self._fruitless += 1
         templates.insert(0, template)
+        self._head = template
 
     @staticmethod
     def _shape(raw: bytes, data: bytes, obj: dict[str, Any], path: Sequence[str], text: str,

@@ -155,9 +155,8 @@ def test_a_number_hole_reads_plain_integers_only() -> None:
     zero, a sign, a fraction, an exponent or more than 15 digits is left to a full parse
     (which reports what is wrong or reads what it is)."""
     templates = _learned(_responses_event(b'"w"', b"5"))
-    match = templates.match(_responses_event(b'"\\"x\\u00e9"', b"123456"))
-    assert match is not None
-    assert match[1:] == ('"x\u00e9', 123456)
+    assert templates.match(_responses_event(b'"\\"x\\u00e9"', b"123456")) == '"x\u00e9'
+    assert templates.number == 123456
     assert templates.match(_responses_event(b'"x"', b"0")) is not None
     for number in (b"07", b"-1", b"1.5", b"1e3", b"1234567890123456", b"", b"x"):
         assert templates.match(_responses_event(b'"x"', number)) is None, number
@@ -173,9 +172,8 @@ def test_a_template_without_a_number_hole_where_the_event_has_none() -> None:
     raw = (b'event: response.output_text.delta\ndata: {"type":"response.output_text.delta",'
            b'"item_id":"msg_1","delta":"a"}\n\n')
     templates = _learned(raw)
-    match = templates.match(raw.replace(b'"a"', b'"bc"'))
-    assert match is not None
-    assert (match[1], match[2]) == ("bc", None)
+    assert templates.match(raw.replace(b'"a"', b'"bc"')) == "bc"
+    assert templates.number is None
     before = (b'event: x\ndata: {"sequence_number":3,"delta":"a","type":"x"}\n\n')
     assert _learned(before).match(before) is None
 
@@ -198,6 +196,38 @@ def test_learning_stops_when_templates_never_match() -> None:
         templates.learn(raw, b'{"delta":\n"w"}', {"delta": "w"}, ("delta",), "t")
     assert not templates.learning
     assert templates.hits == 0
+
+
+def test_an_event_of_an_older_shape_still_reads_through_its_template() -> None:
+    """The last learned template is tried first; an event of another learned shape (the
+    reasoning again after the answer's template was learned) still reads through its
+    own, with its own tag."""
+    reasoning = _responses_event(b'"w"', b"1")
+    answer = (reasoning.replace(b"reasoning_text", b"output_text")
+              .replace(b"rs_1", b"msg_1"))
+    templates = EventTemplates()
+    for raw, tag in ((reasoning, "thinking"), (answer, "content")):
+        data = raw.split(b"data: ", 1)[1][:-2]
+        templates.learn(raw, data, orjson.loads(data), ("delta",), tag, "sequence_number")
+    assert templates.match(answer.replace(b'"w"', b'"a"')) == "a"
+    assert (templates.tag, templates.number) == ("content", 1)
+    assert templates.match(reasoning.replace(b'"w"', b'"r"').replace(b":1,", b":7,")) == "r"
+    assert (templates.tag, templates.number) == ("thinking", 7)
+    assert templates.hits == 2
+
+
+def test_streams_share_the_bytes_of_equal_template_parts() -> None:
+    """Two streams that learn the same shape hold one object for each part that is the
+    same on both (what every event reads stays in the CPU caches); the part with the
+    item id is each stream's own."""
+    one = _learned(_responses_event(b'"w"', b"1"))
+    two = _learned(_responses_event(b'"v"', b"9").replace(b"rs_1", b"rs_2"))
+    first, second = one._head, two._head
+    assert first is not None
+    assert second is not None
+    assert first.prefix is second.prefix
+    assert first.suffix is second.suffix
+    assert first.mid != second.mid
 
 
 @pytest.mark.parametrize(("extra", "learned"), [(800, True), (1100, False)])

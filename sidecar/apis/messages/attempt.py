@@ -66,18 +66,19 @@ class MessagesAttempt(Attempt):
     def __init__(self, spec: AttemptSpec, splicer: MessagesSplicer,
                  fold: MessageFold | None, *, templates: bool = True) -> None:
         """``templates=False`` parses every event in full (to test the templates by)."""
+        # Forwarded as it came: the first attempt, to a streaming client. Only then does
+        # nothing read a delta event's object, so only then are templates learned. What
+        # every event reads is set first (see ``Attempt.__init__``).
+        self._verbatim = spec.number == 0 and fold is None
+        self._fast = self._verbatim and templates
+        self._decoder = SSEDecoder()
+        self._templates = EventTemplates()
         super().__init__(spec)
         self.splicer = splicer
         self.fold = fold
-        self._decoder = SSEDecoder()
         self._splitter = ThinkTagSplitter()
         self._saw_thinking = False
         self._prompt = 0
-        # Forwarded as it came: the first attempt, to a streaming client. Only then does
-        # nothing read a delta event's object, so only then are templates learned.
-        self._verbatim = spec.number == 0 and fold is None
-        self._fast = self._verbatim and templates
-        self._templates = EventTemplates()
 
     # -- feeding -------------------------------------------------------------------
 
@@ -88,11 +89,11 @@ class MessagesAttempt(Attempt):
             # The common case at a paced load: ``chunk`` is one whole delta event of a
             # learned shape, forwarded as it is (see the module docstring). ``_templated``,
             # written out: this runs once per upstream read.
-            hit = self._templates.match(chunk)
-            if hit is not None:
-                template, text, _ = hit
-                if template.tag is THINKING:
-                    self._text(0, THINKING, text, 1, now)
+            templates = self._templates
+            text = templates.match(chunk)
+            if text is not None:
+                if templates.tag is THINKING:
+                    self._think(0, text, 1, now)
                 elif self._saw_thinking:
                     self._text(0, CONTENT, text, 1, now)
                 else:
@@ -122,12 +123,12 @@ class MessagesAttempt(Attempt):
     def _templated(self, raw: bytes, now: float) -> bool:
         """Read the whole event ``raw`` of a first attempt to a streaming client through
         a learned template, if one fits (else False: parse it in full)."""
-        hit = self._templates.match(raw)
-        if hit is None:
+        templates = self._templates
+        text = templates.match(raw)
+        if text is None:
             return False
-        template, text, _ = hit
-        if template.tag is THINKING:  # learned after a thinking delta: one was seen
-            self._text(0, THINKING, text, 1, now)
+        if templates.tag is THINKING:  # learned after a thinking delta: one was seen
+            self._think(0, text, 1, now)
         elif self._saw_thinking:
             self._text(0, CONTENT, text, 1, now)
         else:

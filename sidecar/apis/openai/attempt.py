@@ -38,6 +38,13 @@ class ChunkAttempt(Attempt):
 
     def __init__(self, kind: ChunkKind, spec: AttemptSpec, facts: RequestFacts,
                  splicer: ChunkSplicer, fold: Aggregator | None) -> None:
+        # Forwarded verbatim (a first attempt to a streaming client that sees reasoning):
+        # nothing reads the parsed chunk after its head, so the model may skip parsing
+        # all of a chunk whose shape it has learned. What every event reads is set first
+        # (see ``Attempt.__init__``).
+        self._verbatim = spec.number == 0 and fold is None and not facts.hide_reasoning
+        self._decoder = SSEDecoder()
+        self._model = StreamModel(kind, templates=self._verbatim)
         super().__init__(spec)
         self.kind = kind
         self.splicer = splicer
@@ -52,12 +59,6 @@ class ChunkAttempt(Attempt):
         # What the client asked of usage: it decides what a rewritten reissue chunk keeps.
         self.client_usage = facts.usage
         self.client_continuous_usage = facts.continuous_usage
-        self._decoder = SSEDecoder()
-        # Forwarded verbatim (a first attempt to a streaming client that sees reasoning):
-        # nothing reads the parsed chunk after its head, so the model may skip parsing
-        # all of a chunk whose shape it has learned.
-        self._verbatim = spec.number == 0 and fold is None and not facts.hide_reasoning
-        self._model = StreamModel(kind, templates=self._verbatim)
 
     # -- feeding -------------------------------------------------------------------
 
@@ -75,7 +76,7 @@ class ChunkAttempt(Attempt):
                 # ``fill`` of a reasoning template would only wrap the text: its choice
                 # saw reasoning already (the template was learned from such a chunk).
                 if template.channel is THINKING:
-                    self._text(template.index, THINKING, text, 1, now)
+                    self._think(template.index, text, 1, now)
                 else:
                     self._apply(model.fill(template, text), now)
                 return chunk

@@ -69,21 +69,21 @@ class ResponsesAttempt(Attempt):
     def __init__(self, spec: AttemptSpec, splicer: ResponsesSplicer,
                  fold: ResponseFold | None, *, templates: bool = True) -> None:
         """``templates=False`` parses every event in full (to test the templates by)."""
-        super().__init__(spec)
-        self.splicer = splicer
-        self.fold = fold
-        self._decoder = SSEDecoder()
-        self._splitter = ThinkTagSplitter()
-        self._saw_reasoning = False
-        self._keep = splicer.keep
         # Forwarded as it came: the first attempt, to a streaming client that sees its
         # reasoning (hidden reasoning makes the splicer drop items and renumber). Only
         # then does nothing read a delta event's object, so only then are templates
-        # learned.
+        # learned. What every event reads is set first (see ``Attempt.__init__``).
         self._verbatim = spec.number == 0 and fold is None and not splicer.hide
-        self._rewritten = spec.number > 0 or splicer.hide
         self._fast = self._verbatim and templates
+        self._decoder = SSEDecoder()
         self._templates = EventTemplates()
+        self.splicer = splicer
+        self._keep = splicer.keep
+        super().__init__(spec)
+        self.fold = fold
+        self._splitter = ThinkTagSplitter()
+        self._saw_reasoning = False
+        self._rewritten = spec.number > 0 or splicer.hide
 
     # -- feeding -------------------------------------------------------------------
 
@@ -94,14 +94,15 @@ class ResponsesAttempt(Attempt):
             # The common case at a paced load: ``chunk`` is one whole delta event of a
             # learned shape, forwarded as it is (see the module docstring). ``_templated``,
             # written out: this runs once per upstream read.
-            hit = self._templates.match(chunk)
-            if hit is not None:
-                template, text, sequence = hit
+            templates = self._templates
+            text = templates.match(chunk)
+            if text is not None:
+                sequence = templates.number
                 if sequence is not None:
                     self.splicer.upstream_sequence = sequence
                 self._keep(text)
-                if template.tag is THINKING:
-                    self._text(0, THINKING, text, 1, now)
+                if templates.tag is THINKING:
+                    self._think(0, text, 1, now)
                 elif self._saw_reasoning:
                     self._text(0, CONTENT, text, 1, now)
                 else:
@@ -131,15 +132,16 @@ class ResponsesAttempt(Attempt):
     def _templated(self, raw: bytes, now: float) -> bool:
         """Read the whole event ``raw`` of a first attempt to a streaming client through
         a learned template, if one fits (else False: parse it in full)."""
-        hit = self._templates.match(raw)
-        if hit is None:
+        templates = self._templates
+        text = templates.match(raw)
+        if text is None:
             return False
-        template, text, sequence = hit
+        sequence = templates.number
         if sequence is not None:
             self.splicer.upstream_sequence = sequence
         self._keep(text)
-        if template.tag is THINKING:  # learned after a reasoning delta: one was seen
-            self._text(0, THINKING, text, 1, now)
+        if templates.tag is THINKING:  # learned after a reasoning delta: one was seen
+            self._think(0, text, 1, now)
         elif self._saw_reasoning:
             self._text(0, CONTENT, text, 1, now)
         else:
