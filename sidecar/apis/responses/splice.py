@@ -26,9 +26,7 @@ also gets one SSE comment per cut (``: runaway ...``).
 from __future__ import annotations
 
 import copy
-from bisect import bisect_left
 from collections.abc import Mapping, Sequence
-from itertools import accumulate
 from typing import Any
 
 import orjson
@@ -106,23 +104,34 @@ class ResponsesSplicer(Splicer):
         #: the open item (kept up to ``MAX_KEPT_REASONING`` characters), for the events
         #: that close it after a cut. The attempt keeps both up to date.
         self.upstream_sequence: int | None = None
+        # The open item's text: the latest deltas, the strings earlier ones were joined
+        # into, and the characters of both.
         self._pieces: list[str] = []
+        self._chunks: list[str] = []
+        self._kept = 0
 
     def keep(self, text: str) -> None:
-        """A delta of the open item's text (see ``item_text``). Once per delta, so the
-        bound is applied only when the pieces are joined (every ``_JOIN`` of them)."""
+        """A delta of the open item's text (see ``item_text``); once per delta. Every
+        ``_JOIN`` deltas are joined into one string, and every ``_JOIN`` of those into
+        one: text is copied a few times over the item, not each time (re-joining all of
+        it every ``_JOIN`` deltas re-read up to 32 KiB from memory each time)."""
+        kept = self._kept
+        if kept >= MAX_KEPT_REASONING:
+            return
+        self._kept = kept + len(text)
         pieces = self._pieces
         pieces.append(text)
         if len(pieces) >= _JOIN:
-            self._pieces = [self.item_text()]
+            chunks = self._chunks
+            chunks.append("".join(pieces))
+            self._pieces = []
+            if len(chunks) >= _JOIN:
+                self._chunks = ["".join(chunks)]
 
     def item_text(self) -> str:
         """The open item's text: its deltas up to the first one that brings it to
         ``MAX_KEPT_REASONING`` characters, that one included; the later ones are not kept."""
-        pieces = self._pieces
-        # Each delta is kept while the deltas before it hold fewer characters than that.
-        ends = list(accumulate(map(len, pieces)))
-        return "".join(pieces[: bisect_left(ends, MAX_KEPT_REASONING) + 1])
+        return "".join(self._chunks) + "".join(self._pieces)
 
     # -- the client's view ---------------------------------------------------------
 
@@ -136,7 +145,7 @@ class ResponsesSplicer(Splicer):
             if isinstance(item, dict):
                 self.open = _OpenItem(index, item)
                 self.items = max(self.items, index + 1)
-                self._pieces = []
+                self._pieces, self._chunks, self._kept = [], [], 0
         elif kind == "response.content_part.added":
             part = obj.get("part")
             if self.open is not None and isinstance(part, dict):
