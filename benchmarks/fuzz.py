@@ -217,7 +217,7 @@ def main() -> None:
     ap.add_argument("--e2e", type=int, default=1_000, help="end-to-end cases")
     ap.add_argument("--seed", type=int, default=1)
     args = ap.parse_args()
-    from sidecar.service.logs import configure_logging
+    from sidecar.obs.logs import configure_logging
 
     configure_logging("json", "error")  # one access line per e2e case is just noise here
     started = time.perf_counter()

@@ -40,8 +40,8 @@ from benchmarks.floor import READERS, parse_events
 from benchmarks.loadgen import APIS, PATHS, Api, request_body
 from detectors import DetectorConfig
 from sidecar.apis import REGISTRY
-from sidecar.apis.base import WireApi
 from sidecar.core.attempt import Attempt, AttemptSpec
+from sidecar.core.wire import WireApi
 from sidecar.simulator import SimulatorConfig, make_simulator_app
 
 

@@ -26,9 +26,9 @@ import structlog
 from prometheus_client import CollectorRegistry
 
 from sidecar.config import Config, PolicyConfig
+from sidecar.obs.metrics import Metrics
 from sidecar.service.app import make_app
 from sidecar.service.demo import serve_on_free_port
-from sidecar.service.metrics import Metrics
 from sidecar.simulator import SimulatorConfig, make_simulator_app
 
 PROMPTS = {

@@ -32,9 +32,9 @@ import structlog
 from prometheus_client import CollectorRegistry
 
 from sidecar.config import Config
+from sidecar.obs.metrics import Metrics
 from sidecar.service.app import make_app
 from sidecar.service.demo import APIS, DemoApi, api_path, request_body, serve_on_free_port
-from sidecar.service.metrics import Metrics
 from sidecar.simulator import SimulatorConfig, make_simulator_app
 
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from detectors import DetectorConfig
-from sidecar.apis.base import RequestFacts
 from sidecar.apis.openai.attempt import ChunkAttempt
 from sidecar.apis.openai.chat import CHAT
 from sidecar.apis.openai.chunk_api import ChunkApi
@@ -14,6 +13,7 @@ from sidecar.apis.openai.chunks import ChunkKind
 from sidecar.apis.openai.completions import COMPLETIONS
 from sidecar.apis.openai.splice import ChunkSplicer, Head
 from sidecar.core.attempt import AttemptSpec, Totals
+from sidecar.core.wire import RequestFacts
 from sidecar.dialects import DIALECTS
 
 

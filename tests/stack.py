@@ -15,8 +15,8 @@ from prometheus_client import CollectorRegistry, generate_latest
 
 from sidecar.config import Config
 from sidecar.net.proxy import Proxy
+from sidecar.obs.metrics import Metrics
 from sidecar.service.app import PROXY, make_app
-from sidecar.service.metrics import Metrics
 from sidecar.simulator import SimulatorConfig, make_simulator_app
 
 

@@ -1,20 +1,20 @@
 """The client-facing generating APIs the sidecar watches, one module each, and their
-registry. ``sidecar.apis.base`` states the interface every API implements.
+registry. ``sidecar.core.wire`` states the interface every API implements.
 
-Adding an API is one new module with a :class:`~sidecar.apis.base.WireApi` instance,
+Adding an API is one new module with a :class:`~sidecar.core.wire.WireApi` instance,
 listed in :data:`REGISTRY`: the app registers a route for each entry, and everything
 format-specific stays in the module.
 """
 
 from __future__ import annotations
 
-from sidecar.apis.base import WireApi
 from sidecar.apis.messages.api import MESSAGES
 from sidecar.apis.ollama.chat import OLLAMA_CHAT
 from sidecar.apis.ollama.generate import OLLAMA_GENERATE
 from sidecar.apis.openai.chat import CHAT
 from sidecar.apis.openai.completions import COMPLETIONS
 from sidecar.apis.responses.api import RESPONSES
+from sidecar.core.wire import WireApi
 
 #: Every watched API, in the order its route is registered.
 REGISTRY: tuple[WireApi, ...] = (CHAT, COMPLETIONS, MESSAGES, RESPONSES, OLLAMA_CHAT,

@@ -13,8 +13,8 @@ from typing import Any
 import orjson
 
 from detectors import Verdict
-from sidecar.apis.base import RequestFacts, WireApi
 from sidecar.config import Config
+from sidecar.core.wire import RequestFacts, WireApi
 from sidecar.labels import Mode, Outcome
 
 # Choices the sidecar keeps books on per request; vLLM refuses far fewer than this anyway.

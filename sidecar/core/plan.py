@@ -23,8 +23,8 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from detectors import DetectorConfig, resolve_thinking_budget
-from sidecar.apis.base import WireApi
 from sidecar.config import Config, model_override
+from sidecar.core.wire import WireApi
 from sidecar.labels import MODES, Mode
 from sidecar.policy.rules import Decision, Policy, header_thinking
 

@@ -26,9 +26,9 @@ import structlog
 
 from sidecar.config import Config
 from sidecar.errors import ConfigError
+from sidecar.obs.metrics import Metrics
 from sidecar.policy.adaptive import AdaptiveBudgets, quantile_budget
 from sidecar.policy.memory import RunawayMemory
-from sidecar.service.metrics import Metrics
 
 log = structlog.get_logger("runaway_sidecar")
 

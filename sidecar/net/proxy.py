@@ -43,7 +43,6 @@ from yarl import URL
 
 from detectors import DetectorConfig, Verdict
 from sidecar.apis import api_for_path
-from sidecar.apis.base import Fold, Splicer, WireApi
 from sidecar.codecs.http1 import ProtocolError
 from sidecar.config import Config
 from sidecar.core.attempt import Attempt, AttemptSpec, Totals
@@ -51,6 +50,7 @@ from sidecar.core.bodies import useful_reasoning
 from sidecar.core.exchange import Exchange, watchable
 from sidecar.core.ladder import Ended, Ladder, Next
 from sidecar.core.plan import Refusal, plan
+from sidecar.core.wire import Opened, Splicer, WireApi
 from sidecar.dialects import DIALECTS, PROBES, ProbeAnswer, detect, effective_config
 from sidecar.errors import (
     RequestTooLarge,
@@ -65,9 +65,9 @@ from sidecar.net.fleet import Fleet
 from sidecar.net.headers import forward_headers
 from sidecar.net.sinks import BodySink, Sink, StreamSink
 from sidecar.net.upstream import UpstreamPool
+from sidecar.obs.logs import access_log_fields, runaway_log_fields
+from sidecar.obs.metrics import Metrics
 from sidecar.policy.rules import Policy, rules_of
-from sidecar.service.logs import access_log_fields, runaway_log_fields
-from sidecar.service.metrics import Metrics
 
 log = structlog.get_logger("runaway_sidecar")
 
@@ -377,8 +377,8 @@ class Proxy:
                 self.metrics.policy_decision(decision.rule)
             log.info("policy", request_id=ex.request_id, model=model, rule=decision.rule,
                      source=decision.source, thinking=decision.thinking, reason=decision.reason)
-        fold = api.fold(facts, self.dialect)
-        splicer = api.splicer(facts, fold, request_id=ex.request_id, model=model)
+        opened = api.open(facts, self.dialect, request_id=ex.request_id, model=model)
+        fold, splicer = opened.fold, opened.splicer
         sink: Sink = StreamSink(api, request) if fold is None else BodySink(api, fold)
         ladder = Ladder(cfg.reissue.ladder, max_attempts=cfg.reissue.max_attempts,
                         mode=ex.mode, choices=facts.choices, salvageable=facts.salvageable)
@@ -390,7 +390,7 @@ class Proxy:
                 first = api.first_body(body, facts)
                 serving = self._serve(request, ex, ladder, raw,
                                       raw if first is None else orjson.dumps(first),
-                                      planned.detectors, splicer, fold, sink)
+                                      planned.detectors, opened, sink)
                 del body, first, exposed
                 await serving
             except _RESETS as exc:
@@ -416,12 +416,12 @@ class Proxy:
             self._account(request, ex, sink)
 
     async def _serve(self, request: web.Request, ex: Exchange, ladder: Ladder, raw: bytes,
-                     upstream: bytes, detectors: DetectorConfig, splicer: Splicer,
-                     fold: Fold | None, sink: Sink) -> None:
+                     upstream: bytes, detectors: DetectorConfig, opened: Opened,
+                     sink: Sink) -> None:
         """Run the first attempt, which sends ``upstream``, and after a cut the reissue
         ladder, whose bodies are made from ``raw``, the client's request (each replaces
         ``upstream``: only the current attempt's body is kept)."""
-        cfg, api, facts = ex.config, ex.api, ex.facts
+        cfg, api, facts, splicer = ex.config, ex.api, ex.facts, opened.splicer
         loop = asyncio.get_running_loop()
         rules = api.off_rules(cfg, self.dialect)
         if (cfg.memory.enabled and ex.mode == "enforce" and not facts.thinking_disabled
@@ -439,7 +439,7 @@ class Proxy:
                                index_map=index_map,
                                stop_on_verdict=ex.mode in ("enforce", "cut"),
                                keep_reasoning=ex.mode == "enforce" and ladder.salvage_ahead)
-            attempt = api.attempt(spec, facts, splicer, fold)
+            attempt = opened.attempt(spec)
             try:
                 await self._attempt(request, ex, attempt, upstream, sink)
             except asyncio.CancelledError:

@@ -2,8 +2,8 @@
 
 The sinks write to the client (the proxy's other half of network I/O). They are the same
 for every wire API: what they write comes from the API's pure parts, its attempts and its
-:class:`~sidecar.apis.base.Splicer` (bytes for a stream) or its
-:class:`~sidecar.apis.base.Fold` (a body), and its error-body shape. Headers are not sent
+:class:`~sidecar.core.wire.Splicer` (bytes for a stream) or its
+:class:`~sidecar.core.wire.Fold` (a body), and its error-body shape. Headers are not sent
 until the first byte is, so an upstream failure before it still becomes a plain JSON
 error with a status.
 """
@@ -16,8 +16,8 @@ from typing import Any
 
 from aiohttp import web
 
-from sidecar.apis.base import Fold, WireApi
 from sidecar.core.exchange import Exchange
+from sidecar.core.wire import Fold, WireApi
 from sidecar.errors import UpstreamError
 from sidecar.net.headers import forward_headers
 

@@ -17,7 +17,7 @@ from sidecar.apis import REGISTRY, api_for_path
 from sidecar.config import Config
 from sidecar.errors import error_body
 from sidecar.net.proxy import Proxy
-from sidecar.service.metrics import Metrics
+from sidecar.obs.metrics import Metrics
 
 PROXY = web.AppKey("proxy", Proxy)
 

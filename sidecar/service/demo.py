@@ -35,14 +35,14 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry
 
 from sidecar import __version__
-from sidecar.apis.base import WireApi
 from sidecar.apis.messages.api import MESSAGES
 from sidecar.apis.openai.chat import CHAT
 from sidecar.apis.responses.api import RESPONSES
 from sidecar.config import Config
+from sidecar.core.wire import WireApi
 from sidecar.dialects import DIALECTS
+from sidecar.obs.metrics import Metrics
 from sidecar.service.app import make_app
-from sidecar.service.metrics import Metrics
 from sidecar.simulator import SimulatorConfig, make_simulator_app
 
 PROMPT = "Our parser crashes on empty input with IndexError. Find the bug and give the fix."

@@ -35,12 +35,12 @@ from sidecar import __version__
 from sidecar.config import Config, parse_host_port
 from sidecar.errors import ConfigError
 from sidecar.net.proxy import Proxy
+from sidecar.obs.logs import configure_logging
+from sidecar.obs.metrics import Metrics
 from sidecar.service import liveness, sdnotify
 from sidecar.service.activation import Inherited, describe
 from sidecar.service.app import PROXY, make_app
 from sidecar.service.health import make_metrics_app
-from sidecar.service.logs import configure_logging
-from sidecar.service.metrics import Metrics
 
 log = structlog.get_logger("runaway_sidecar")
 

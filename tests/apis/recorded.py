@@ -11,7 +11,7 @@ import aiohttp
 import orjson
 from aiohttp.test_utils import TestServer
 
-from sidecar.apis.base import WireApi
+from sidecar.core.wire import WireApi
 from sidecar.simulator import SimulatorConfig, make_simulator_app
 
 PROMPT = "Fix the IndexError in parse_rows()."

@@ -9,7 +9,6 @@ import orjson
 import pytest
 
 from detectors import DetectorConfig, Evidence, Verdict
-from sidecar.apis.base import Body
 from sidecar.apis.ollama.chat import OLLAMA_CHAT
 from sidecar.apis.ollama.fold import Folder
 from sidecar.apis.ollama.generate import OLLAMA_GENERATE
@@ -17,6 +16,7 @@ from sidecar.apis.ollama.lines import LineModel, no_think_body, summed_final
 from sidecar.apis.ollama.splice import LineSplicer
 from sidecar.core.attempt import AttemptSpec, Totals
 from sidecar.core.events import Finish, MalformedChunk, StreamError, TextDelta, ToolCallDelta, Usage
+from sidecar.core.wire import Body
 from sidecar.dialects import DIALECTS
 from sidecar.errors import UpstreamError
 

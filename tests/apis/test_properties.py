@@ -13,8 +13,8 @@ from hypothesis import strategies as st
 
 from detectors import DetectorConfig
 from sidecar.apis import REGISTRY
-from sidecar.apis.base import WireApi
 from sidecar.core.attempt import AttemptSpec, Totals
+from sidecar.core.wire import WireApi
 from sidecar.dialects import DIALECTS
 from tests.apis.recorded import MODELS, recorded, request_body
 from tests.reliability.properties import pieces

@@ -8,11 +8,11 @@ from typing import Any
 import pytest
 
 from detectors import DetectorConfig
-from sidecar.apis.base import WireApi
 from sidecar.apis.ollama.chat import OLLAMA_CHAT
 from sidecar.apis.openai.chat import CHAT
 from sidecar.config import Config, ModelOverride, PolicyConfig, PolicyRule
 from sidecar.core.plan import Plan, Refusal, plan
+from sidecar.core.wire import WireApi
 from sidecar.policy.rules import Policy, rules_of
 
 BODY: dict[str, Any] = {"model": "qwen3-8b", "messages": [{"role": "user", "content": "hi"}]}

@@ -1,5 +1,5 @@
 """Static checks of deploy/: the example config against the config schema, and the alert
-rules, their tests and the dashboard against the metrics that sidecar/service/metrics.py exports.
+rules, their tests and the dashboard against the metrics that sidecar/obs/metrics.py exports.
 
 promtool and systemd-analyze are the real validators (scripts/check-deploy.sh); these
 tests catch drift between the deploy files and the code, with no YAML parser: the
@@ -21,7 +21,8 @@ from prometheus_client import CollectorRegistry
 
 from sidecar import config as cfg
 from sidecar import labels
-from sidecar.service import activation, metrics
+from sidecar.obs import metrics
+from sidecar.service import activation
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"

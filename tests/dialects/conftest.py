@@ -12,8 +12,8 @@ from aiohttp.test_utils import TestServer
 from prometheus_client import CollectorRegistry
 
 from sidecar.config import Config
+from sidecar.obs.metrics import Metrics
 from sidecar.service.app import PROXY, make_app
-from sidecar.service.metrics import Metrics
 from sidecar.simulator import SimulatorConfig, make_simulator_app
 from tests.stack import Stack
 

@@ -18,7 +18,7 @@ import anthropic.types
 import openai.types.responses
 import pytest
 
-from sidecar.apis.base import CUT_NOTE
+from sidecar.core.wire import CUT_NOTE
 
 pytestmark = pytest.mark.vllm
 

@@ -14,8 +14,8 @@ import orjson
 import pytest
 from anthropic import AsyncAnthropic, BadRequestError, NotFoundError
 
-from sidecar.apis.base import CUT_NOTE
 from sidecar.apis.messages.splice import MARK_PREFIX
+from sidecar.core.wire import CUT_NOTE
 from tests.net.agent_helpers import ANSWER, PROMPT, comments, idle, post, sse_events
 from tests.stack import Stack, StackFactory
 

@@ -14,7 +14,7 @@ import orjson
 import pytest
 from openai import AsyncOpenAI, BadRequestError, NotFoundError
 
-from sidecar.apis.base import CUT_NOTE
+from sidecar.core.wire import CUT_NOTE
 from tests.net.agent_helpers import ANSWER, PROMPT, comments, idle, post, sse_events
 from tests.stack import Stack, StackFactory
 

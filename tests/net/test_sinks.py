@@ -10,13 +10,13 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient
 
 from detectors import Evidence, Verdict
-from sidecar.apis.base import WireApi
 from sidecar.apis.ollama.chat import OLLAMA_CHAT
 from sidecar.apis.ollama.fold import Folder
 from sidecar.apis.openai.chat import CHAT
 from sidecar.apis.openai.fold import Aggregator
 from sidecar.config import Config
 from sidecar.core.exchange import Exchange
+from sidecar.core.wire import WireApi
 from sidecar.errors import UpstreamTimeoutError
 from sidecar.net.sinks import BodySink, Sink, StreamSink
 

@@ -15,8 +15,8 @@ from aiohttp.test_utils import TestServer
 from prometheus_client import CollectorRegistry
 
 from sidecar.config import Config
+from sidecar.obs.metrics import Metrics
 from sidecar.service.app import make_app
-from sidecar.service.metrics import Metrics
 
 CASE_HEADER = "X-Fuzz-Case"
 #: A 200 event-stream response head with chunked framing, for ``Reply`` data.

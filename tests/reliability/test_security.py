@@ -14,7 +14,7 @@ import pytest
 import structlog
 
 from sidecar.config import Config, load_config, parse_host_port
-from sidecar.service.logs import configure_logging
+from sidecar.obs.logs import configure_logging
 from tests.reliability.harness import RawUpstream, Reply, start_sidecar
 from tests.stack import StackFactory
 

@@ -12,8 +12,8 @@ from aiohttp.test_utils import TestClient, TestServer
 from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
+from sidecar.obs.metrics import Metrics
 from sidecar.service.health import make_metrics_app, upstream_probe
-from sidecar.service.metrics import Metrics
 
 ClientFactory = Callable[[web.Application], Awaitable[TestClient[web.Request, web.Application]]]
 ServerFactory = Callable[[web.Application], Awaitable[TestServer]]

@@ -26,13 +26,13 @@ from typing import Any
 
 import orjson
 
-from sidecar.apis.base import CUT_NOTE, RequestFacts, Splicer, WireApi
 from sidecar.apis.messages.attempt import MessagesAttempt
 from sidecar.apis.messages.fold import MessageFold
 from sidecar.apis.messages.splice import MARK_PREFIX, MessagesSplicer, error_object
 from sidecar.config import Config, ThinkingOffRule
 from sidecar.core.attempt import Attempt, AttemptSpec
 from sidecar.core.bodies import deep_merge, prompt_fingerprint, thinking_off_patch
+from sidecar.core.wire import CUT_NOTE, RequestFacts, Splicer, WireApi
 from sidecar.dialects import Dialect
 from sidecar.labels import Thinking
 from sidecar.policy.rules import RequestView

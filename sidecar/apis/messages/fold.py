@@ -14,7 +14,7 @@ from typing import Any
 
 import orjson
 
-from sidecar.apis.base import Body, Fold
+from sidecar.core.wire import Body, Fold
 
 
 class _Block:

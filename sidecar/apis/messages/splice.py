@@ -28,10 +28,10 @@ from typing import Any
 import orjson
 
 from detectors import Verdict
-from sidecar.apis.base import Splicer
 from sidecar.apis.messages.fold import MessageFold
 from sidecar.apis.openai.splice import comment
 from sidecar.core.attempt import Attempt, Totals
+from sidecar.core.wire import Splicer
 from sidecar.errors import UpstreamError
 
 #: The first characters of every signature the sidecar gives a cut thinking block. A

@@ -8,8 +8,8 @@ from typing import Any
 
 import orjson
 
-from sidecar.apis.base import Body, Fold
 from sidecar.apis.ollama.lines import LineKind
+from sidecar.core.wire import Body, Fold
 
 
 class Folder(Fold):

@@ -8,7 +8,6 @@ from typing import Any
 
 import orjson
 
-from sidecar.apis.base import RequestFacts, Splicer, WireApi
 from sidecar.apis.ollama import lines
 from sidecar.apis.ollama.attempt import LineAttempt
 from sidecar.apis.ollama.fold import Folder
@@ -16,6 +15,7 @@ from sidecar.apis.ollama.splice import LineSplicer
 from sidecar.config import Config, ThinkingOffRule
 from sidecar.core.attempt import Attempt, AttemptSpec
 from sidecar.core.bodies import prompt_fingerprint, thinking_disabled, with_thinking_off
+from sidecar.core.wire import RequestFacts, Splicer, WireApi
 from sidecar.dialects import Dialect
 from sidecar.labels import Thinking
 from sidecar.policy.rules import RequestView

@@ -14,10 +14,10 @@ from collections.abc import Sequence
 from typing import Any
 
 from detectors import Verdict
-from sidecar.apis.base import Splicer
 from sidecar.apis.ollama.fold import Folder
 from sidecar.apis.ollama.lines import LineKind, created_at, error_line, final_line, line, text_line
 from sidecar.core.attempt import Attempt, Totals
+from sidecar.core.wire import Splicer
 from sidecar.errors import UpstreamError
 
 

@@ -16,7 +16,6 @@ from __future__ import annotations
 from typing import Any
 
 from detectors.base import THINKING
-from sidecar.apis.base import RequestFacts
 from sidecar.apis.openai.chunks import ChunkKind, StreamModel
 from sidecar.apis.openai.fold import Aggregator
 from sidecar.apis.openai.splice import (
@@ -30,6 +29,7 @@ from sidecar.apis.openai.splice import (
 from sidecar.codecs.sse import SSEDecoder, SSEError, SSEEvent
 from sidecar.core.attempt import Attempt, AttemptSpec
 from sidecar.core.events import Done, MalformedChunk, TextDelta
+from sidecar.core.wire import RequestFacts
 from sidecar.errors import UpstreamProtocolError
 
 

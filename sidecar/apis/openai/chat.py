@@ -17,9 +17,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from sidecar.apis.base import CUT_NOTE
 from sidecar.apis.openai.chunk_api import ChunkApi
 from sidecar.core.attempt import text_mark
+from sidecar.core.wire import CUT_NOTE
 
 #: The fields of an assistant message in which clients send reasoning back.
 _REASONING_FIELDS = ("reasoning", "reasoning_content")

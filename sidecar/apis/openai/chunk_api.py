@@ -6,7 +6,6 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from sidecar.apis.base import RequestFacts, Splicer, WireApi
 from sidecar.apis.openai import requests
 from sidecar.apis.openai.attempt import ChunkAttempt
 from sidecar.apis.openai.chunks import ChunkKind
@@ -15,6 +14,7 @@ from sidecar.apis.openai.splice import ChunkSplicer
 from sidecar.config import Config, ThinkingOffRule
 from sidecar.core.attempt import Attempt, AttemptSpec
 from sidecar.core.bodies import with_thinking_off
+from sidecar.core.wire import RequestFacts, Splicer, WireApi
 from sidecar.dialects import Dialect
 from sidecar.errors import error_body
 from sidecar.labels import Thinking

@@ -22,8 +22,8 @@ from typing import Any
 
 import orjson
 
-from sidecar.apis.base import Body, Fold
 from sidecar.apis.openai.chunks import ChunkKind
+from sidecar.core.wire import Body, Fold
 from sidecar.labels import BodyLayout
 
 

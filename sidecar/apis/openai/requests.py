@@ -14,13 +14,13 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from sidecar.apis.base import RequestFacts
 from sidecar.config import ThinkingOffRule
 from sidecar.core.bodies import (
     prompt_fingerprint,
     thinking_disabled,
     with_thinking_off,
 )
+from sidecar.core.wire import RequestFacts
 from sidecar.labels import Thinking
 
 

@@ -18,10 +18,10 @@ from typing import Any
 import orjson
 
 from detectors import Verdict
-from sidecar.apis.base import Splicer
 from sidecar.apis.openai.chunks import ChunkKind
 from sidecar.apis.openai.fold import Aggregator
 from sidecar.core.attempt import MARK_HEAD, Attempt, Totals, reasoning_mark
+from sidecar.core.wire import Splicer
 from sidecar.errors import UpstreamError, upstream_error_body
 
 DONE_EVENT = b"data: [DONE]\n\n"

@@ -27,13 +27,13 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from sidecar.apis.base import CUT_NOTE, RequestFacts, Splicer, WireApi
 from sidecar.apis.responses.attempt import ResponsesAttempt
 from sidecar.apis.responses.fold import ResponseFold
 from sidecar.apis.responses.splice import ResponsesSplicer
 from sidecar.config import Config, ThinkingOffRule
 from sidecar.core.attempt import Attempt, AttemptSpec
 from sidecar.core.bodies import deep_merge, prompt_fingerprint, thinking_off_patch
+from sidecar.core.wire import CUT_NOTE, RequestFacts, Splicer, WireApi
 from sidecar.dialects import Dialect
 from sidecar.errors import error_body
 from sidecar.labels import Thinking

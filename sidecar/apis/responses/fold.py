@@ -13,7 +13,7 @@ from typing import Any
 
 import orjson
 
-from sidecar.apis.base import Body, Fold
+from sidecar.core.wire import Body, Fold
 from sidecar.errors import error_body
 
 _ENDS = ("response.completed", "response.incomplete", "response.failed")

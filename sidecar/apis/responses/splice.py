@@ -32,10 +32,10 @@ from typing import Any
 import orjson
 
 from detectors import Verdict
-from sidecar.apis.base import Splicer
 from sidecar.apis.openai.splice import comment
 from sidecar.apis.responses.fold import ResponseFold
 from sidecar.core.attempt import MAX_KEPT_REASONING, Attempt, Totals
+from sidecar.core.wire import Splicer
 from sidecar.errors import UpstreamError
 
 _ENDS = ("response.completed", "response.incomplete", "response.failed")

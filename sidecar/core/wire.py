@@ -25,7 +25,7 @@ Ollama) is another axis: ``sidecar.dialects``.
 from __future__ import annotations
 
 import abc
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -127,6 +127,22 @@ class Splicer(abc.ABC):
         """An error after the response started: it travels in the stream."""
 
 
+class Opened:
+    """One exchange's API-side parts, made by :meth:`WireApi.open`: its :class:`Splicer`,
+    the :class:`Fold` of a non-streaming client (None for a streaming one), and the maker
+    of its upstream attempts, each fed by those two."""
+
+    __slots__ = ("_make", "fold", "splicer")
+
+    def __init__(self, splicer: Splicer, fold: Fold | None,
+                 make: Callable[[AttemptSpec], Attempt]) -> None:
+        self.splicer, self.fold, self._make = splicer, fold, make
+
+    def attempt(self, spec: AttemptSpec) -> Attempt:
+        """One upstream attempt's decoder and bookkeeping."""
+        return self._make(spec)
+
+
 class WireApi(abc.ABC):
     """One client-facing generating API (see the module docstring). Instances are
     stateless and shared by every request; the registry is ``sidecar.apis.REGISTRY``."""
@@ -201,6 +217,14 @@ class WireApi(abc.ABC):
         the ``open_choices`` choices still open."""
 
     # -- streams ---------------------------------------------------------------------
+
+    def open(self, facts: RequestFacts, dialect: Dialect, *, request_id: str,
+             model: str | None) -> Opened:
+        """The parts of one exchange (``dialect``: the server behind, whose body layout a
+        fold may imitate)."""
+        fold = self.fold(facts, dialect)
+        splicer = self.splicer(facts, fold, request_id=request_id, model=model)
+        return Opened(splicer, fold, lambda spec: self.attempt(spec, facts, splicer, fold))
 
     @abc.abstractmethod
     def fold(self, facts: RequestFacts, dialect: Dialect) -> Fold | None:

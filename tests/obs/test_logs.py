@@ -1,4 +1,4 @@
-"""Tests for sidecar.service.logs: JSON lines, redaction of secrets and text, access and
+"""Tests for sidecar.obs.logs: JSON lines, redaction of secrets and text, access and
 runaway fields."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import pytest
 import structlog
 
 from detectors.base import Evidence, Verdict
-from sidecar.service.logs import (
+from sidecar.obs.logs import (
     REDACTED,
     access_log_fields,
     configure_logging,

@@ -1,4 +1,4 @@
-"""Tests for sidecar.service.metrics: exact values, bounded labels, exposition, multiprocess."""
+"""Tests for sidecar.obs.metrics: exact values, bounded labels, exposition, multiprocess."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
-from sidecar.service.metrics import OTHER, LabelCap, Metrics, exposition
+from sidecar.obs.metrics import OTHER, LabelCap, Metrics, exposition
 
 P = "runaway_sidecar_"
 
@@ -247,7 +247,7 @@ def test_multiprocess_env_set_after_import_is_refused(
 WORKER = textwrap.dedent("""
     import sys
     from prometheus_client import CollectorRegistry
-    from sidecar.service.metrics import Metrics
+    from sidecar.obs.metrics import Metrics
     m = Metrics(CollectorRegistry(), ["m1"], "9.9.9")
     n = int(sys.argv[1])
     for _ in range(n):
@@ -261,7 +261,7 @@ READER = textwrap.dedent("""
     import json, sys
     from prometheus_client import CollectorRegistry
     from prometheus_client.parser import text_string_to_metric_families
-    from sidecar.service.metrics import exposition, mark_worker_dead
+    from sidecar.obs.metrics import exposition, mark_worker_dead
     for pid in sys.argv[1:]:
         mark_worker_dead(int(pid))
     body, ctype = exposition(CollectorRegistry())
