@@ -14,7 +14,10 @@
 #    tests/data/captures/e2e; --record-only: only that). --serve starts everything, writes
 #    the test environment to $LOGS/env.sh and waits (until Ctrl-C or E2E_TIMEOUT), for
 #    running single tests by hand: `. $LOGS/env.sh && .venv/bin/python -m pytest -m vllm -n 0 ...`.
-#    --setup-only stops after steps 1 and 2 (e.g. to warm a CI cache).
+#    --setup-only stops after steps 1 and 2 (e.g. to warm a CI cache). PYTEST_ARGS after
+#    `--` (say `-k PATTERN`) narrow the tests; a batch whose files have no selected test is
+#    skipped without starting its server, and the run fails (status 5) only when no batch
+#    has one.
 # Everything it starts is stopped on exit, on error and on Ctrl-C. Bounded in time overall.
 #
 # Environment (all optional):
@@ -165,8 +168,36 @@ concurrency() {
   echo "$n"
 }
 
+# The test files of a batch: test_e2e_KIND.py (chat, completions) and test_e2e_KIND_*.py
+# (e.g. the agent APIs), for each KIND.
+test_files() {  # test_files KIND...
+  local kind f
+  for kind in "$@"; do
+    echo "tests/e2e/test_e2e_${kind}.py"
+    for f in "$ROOT"/tests/e2e/test_e2e_"${kind}"_*.py; do
+      [[ -f $f ]] && echo "tests/e2e/${f##*/}"
+    done
+  done
+}
+
+# Whether any test of these files is selected by the pytest arguments after `--` (say
+# `-k PATTERN`): a batch with none is skipped, rather than starting its servers for pytest
+# to find nothing and exit 5.
+selects_tests() {  # selects_tests FILE...
+  ((${#PYTEST_ARGS[@]})) || return 0
+  (cd "$ROOT" && "$PROJECT_PY" -m pytest -m vllm -n 0 --collect-only -q "$@" \
+    "${PYTEST_ARGS[@]}" 2>/dev/null | grep -q '::')
+}
+
+MATCHED=0
 run_batch() {  # run_batch KIND...
-  local kinds=("$@") kind t deadline
+  local kinds=("$@") kind t deadline files=()
+  mapfile -t files < <(test_files "${kinds[@]}")
+  if ((RUN_TESTS && !RECORD && !SERVE)) && ! selects_tests "${files[@]}"; then
+    say "no test of ${kinds[*]} is selected by '${PYTEST_ARGS[*]}': batch skipped"
+    return 0
+  fi
+  MATCHED=$((MATCHED + 1))
   t=$(date +%s)
   for kind in "${kinds[@]}"; do start_vllm "$kind"; done
   deadline=$(( $(date +%s) + HEALTH_TIMEOUT ))
@@ -201,14 +232,6 @@ run_batch() {  # run_batch KIND...
     say "serving; environment in $LOGS/env.sh; Ctrl-C to stop"
     while sleep 5; do :; done
   elif ((RUN_TESTS)); then
-    local files=()
-    for kind in "${kinds[@]}"; do
-      # test_e2e_KIND.py (chat, completions) and test_e2e_KIND_*.py (e.g. the agent APIs)
-      files+=("tests/e2e/test_e2e_${kind}.py")
-      for f in "$ROOT"/tests/e2e/test_e2e_"${kind}"_*.py; do
-        [[ -f $f ]] && files+=("tests/e2e/${f##*/}")
-      done
-    done
     t=$(date +%s)
     # The failed tests, and only those, may run once more (E2E_RETRIES above); a retry
     # is announced here, so a flaky test stays visible in the log.
@@ -256,5 +279,9 @@ fi
 for ((i = 0; i < ${#KINDS[@]}; i += n)); do
   run_batch "${KINDS[@]:i:n}"
 done
+if ((MATCHED == 0)); then
+  say "no test is selected by '${PYTEST_ARGS[*]}' in any batch"
+  exit 5
+fi
 STATUS=0
 if ((RUN_TESTS)); then say "e2e passed"; else say "done"; fi
