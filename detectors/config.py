@@ -2,7 +2,7 @@
 
 Every field is a plain ``int | float | bool | None`` so the service's config loader can map
 ``[detectors] field_name = value`` from TOML onto it by name and type. Each field carries a
-one-line ``#:`` comment giving its meaning and unit; the README documents the same defaults.
+one-line ``#:`` comment giving its meaning and unit; docs/detectors.md documents the same defaults.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from dataclasses import dataclass
 @dataclass(frozen=True, slots=True)
 class DetectorConfig:
     """Thresholds of the default chain. Defaults were calibrated on real traces
-    (see README, "Detectors"); ``None`` switches a budget off."""
+    (see docs/detectors.md); ``None`` switches a budget off."""
 
     #: Cut thinking after this many thinking tokens (None = no budget).
     thinking_token_budget: int | None = None

@@ -41,8 +41,9 @@ Run the proxy on a vLLM node's port, in front of vLLM (moved to another port).
 
 Every option below can also be set in the TOML file given by --config, or by an
 environment variable RUNAWAY_SIDECAR_<NAME> (RUNAWAY_SIDECAR_DETECTORS_<NAME> for the
-detector table). Precedence: flag > environment > file > default. See README.md,
-"Configuration", for every key with its default.
+detector table). Precedence: flag > environment > file > default. See
+deploy/examples/gpu0.toml for every key with its default (docs/request-life.md,
+"Configuration").
 
 Under systemd socket activation (LISTEN_PID, LISTEN_FDS, LISTEN_FDNAMES) it serves the
 passed socket instead of binding --listen (and a second one named "metrics" instead of
