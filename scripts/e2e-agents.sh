@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # Real coding agents as clients of the sidecar, end to end, against real vLLM (CPU build).
 #
-#   scripts/e2e-agents.sh [--setup-only] [--baseline] [--full-prompts] [--agents LIST]
+#   scripts/e2e-agents.sh [--setup-only] [--baseline] [--only-tool-loops] [--full-prompts]
+#                         [--agents LIST]
 #
-# 1. Makes sure the vLLM venv and the tiny models exist (scripts/e2e-vllm.sh --setup-only).
+# 1. Makes sure the vLLM venv and the tiny models exist (scripts/e2e-vllm.sh --setup-only),
+#    and builds the tool-call loop models (tests/e2e/tiny_agent_model.py, one per agent,
+#    cached by a hash of that file and tiny_model.py).
 # 2. Installs Claude Code, Codex CLI and Qwen Code at pinned versions from the npm registry
 #    into the cache (one directory per agent and version; later runs: a file check).
 # 3. Runs scripts/e2e_agents.py: one vLLM server with the looping model (long context, the
@@ -15,6 +18,9 @@
 #    E2E_AGENTS_BASELINE_TIMEOUT): the before figures. --full-prompts runs the agents as
 #    they come (their own system prompts, tools and context); by default they run with the
 #    options that leave those out, so the CPU build's prefill stays within CI time.
+#    --baseline also runs each agent against its tool-call loop model (the same tool call on
+#    every turn, issue 39) without the sidecar, until the agent stops or the time bound:
+#    turns, tokens, seconds and the agent's own guard. --only-tool-loops runs only that.
 #    --agents claude,codex,qwen picks some. --setup-only stops after steps 1 and 2.
 # Everything it starts is stopped on exit, on error and on Ctrl-C. Bounded in time overall.
 #
@@ -44,9 +50,10 @@ while (($#)); do
   case $1 in
     --setup-only) SETUP_ONLY=1 ;;
     --baseline) DRIVER_ARGS+=(--baseline) ;;
+    --only-tool-loops) DRIVER_ARGS+=(--only-tool-loops) ;;
     --full-prompts) DRIVER_ARGS+=(--prompts full) ;;
     --agents) shift; DRIVER_ARGS+=(--agents "$1") ;;
-    -h|--help) sed -n '2,30p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,35p' "$0"; exit 0 ;;
     *) echo "e2e-agents: unknown argument $1" >&2; exit 2 ;;
   esac
   shift
@@ -64,6 +71,18 @@ node -e 'process.exit(Number(process.versions.node.split(".")[0]) < 20 ? 1 : 0)'
 t=$(date +%s)
 bash "$ROOT/scripts/e2e-vllm.sh" --setup-only
 MODELS=$CACHE/models/$(sha256sum "$ROOT/tests/e2e/tiny_model.py" | cut -c1-16)
+AGENT_MODELS=$CACHE/models/agents-$(cat "$ROOT/tests/e2e/tiny_agent_model.py" \
+  "$ROOT/tests/e2e/tiny_model.py" | sha256sum | cut -c1-16)
+for pin in "${PINNED[@]}"; do
+  name=${pin%%=*}
+  [[ -f $AGENT_MODELS/agent-$name/script.json ]] && continue
+  say "building the tool-call loop model for $name"
+  rm -rf "$AGENT_MODELS/.tmp-$name"
+  mkdir -p "$AGENT_MODELS"
+  HF_HUB_OFFLINE=1 timeout 300 "$VENV/bin/python" "$ROOT/tests/e2e/tiny_agent_model.py" \
+    "$AGENT_MODELS/.tmp-$name" --agent "$name" >&2
+  mv "$AGENT_MODELS/.tmp-$name" "$AGENT_MODELS/agent-$name"
+done
 say "vLLM venv and models took $(( $(date +%s) - t ))s"
 
 t=$(date +%s)
@@ -92,6 +111,7 @@ LOGS=$(mktemp -d "${TMPDIR:-/tmp}/runaway-agents.XXXXXX")
 rc=0
 timeout -s TERM -k 60 "$(( ${E2E_AGENTS_TIMEOUT:-3600} + 60 ))" \
   "$PROJECT_PY" "$ROOT/scripts/e2e_agents.py" --logs "$LOGS" --models "$MODELS" \
+    --agent-models "$AGENT_MODELS" \
     --vllm-python "$VENV/bin/python" --agents-dir "$AGENTS_DIR" \
     --timeout "${E2E_AGENTS_TIMEOUT:-3600}" \
     --agent-timeout "${E2E_AGENTS_RUN_TIMEOUT:-600}" \

@@ -70,6 +70,9 @@ VLLM_ARGS = ["--reasoning-parser", "qwen3", "--dtype", "float32", "--enforce-eag
 VLLM_ENV = {"VLLM_ALLOW_LONG_MAX_MODEL_LEN": "1", "VLLM_CPU_KVCACHE_SPACE": "2",
             "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1",
             "DO_NOT_TRACK": "1"}
+#: How each agent's own guard announces itself, when it has one (searched in its output).
+GUARDS = {"qwen-loop-detection": r"potential loop was detected",
+          "claude-max-turns": r"(?i)max(imum)? turns", "codex-turn-limit": r"(?i)turn limit"}
 SIDECAR_CONFIG = """\
 # [e2e-agents] as the e2e suite's: thinking off first, then salvage, 3 attempts.
 mode = "enforce"
@@ -149,15 +152,21 @@ class Agent:
                     "OPENAI_MODEL": model}
         return env
 
-    def args(self, binary: Path, home: Path, model: str, prompts: str) -> list[str]:
+    def args(self, binary: Path, home: Path, model: str, prompts: str,
+             tools: bool = False) -> list[str]:
         """The headless command line. ``prompts="minimal"`` leaves out what the agent lets
         one leave out (tools, the long built-in system prompt, context discovery), so the
-        CPU build's prefill stays short; ``"full"`` runs the agent as it comes."""
+        CPU build's prefill stays short; ``"full"`` runs the agent as it comes. ``tools``
+        (the tool-call loop runs): Claude Code keeps its Bash tool, allowed to run ``grep``
+        (the other two keep their tools in either mode)."""
         minimal = prompts == "minimal"
         if self.name == "claude":
             out = [str(binary), "-p", PROMPT, "--model", model, "--no-session-persistence"]
             if minimal:
-                out += ["--bare", "--tools", "", "--system-prompt", SHORT_SYSTEM]
+                out += ["--bare", "--tools", "Bash" if tools else "",
+                        "--system-prompt", SHORT_SYSTEM]
+            if tools:
+                out += ["--allowedTools", "Bash(grep:*)"]
             return out
         if self.name == "codex":
             out = [str(binary), "exec", "--skip-git-repo-check", "--ephemeral",
@@ -389,6 +398,10 @@ class Driver:
     #: Requests each agent made for the healthy answer through the sidecar.
     healthy_requests: dict[str, int] = field(default_factory=dict)
     loop_requests: dict[str, int] = field(default_factory=dict)
+    #: The tool-call loop models (tests/e2e/tiny_agent_model.py); None: no such phase.
+    agent_models: Path | None = None
+    #: Run only the tool-call loop phase (with --baseline: the before figures of issue 39).
+    only_tool_loops: bool = False
 
     @contextlib.contextmanager
     def stage(self, name: str) -> Iterator[None]:
@@ -407,9 +420,17 @@ class Driver:
         with (self.logs / "report.jsonl").open("a", encoding="utf-8") as fh:
             fh.write(json.dumps(data) + "\n")
 
+    def model_dir(self, kind: str) -> Path:
+        """The model of ``kind``: the tool-call loop models (``agent-NAME``) are built by
+        tests/e2e/tiny_agent_model.py into their own directory."""
+        if kind.startswith("agent-"):
+            assert self.agent_models is not None, "no --agent-models"
+            return self.agent_models / kind
+        return self.models / kind
+
     def answer(self, kind: str) -> str:
         """The answer the model of ``kind`` gives (from its build's script.json)."""
-        info = json.loads((self.models / kind / "script.json").read_text(encoding="utf-8"))
+        info = json.loads((self.model_dir(kind) / "script.json").read_text(encoding="utf-8"))
         answer: str = info["answer"]
         return answer
 
@@ -423,7 +444,7 @@ class Driver:
                "PYTHONPATH": str(ROOT / "tests" / "e2e" / "vllm_site")}
         proc = self.procs.start(
             [str(self.vllm_python), "-m", "vllm.entrypoints.openai.api_server",
-             "--model", str(self.models / kind), "--served-model-name", f"tiny-{kind}",
+             "--model", str(self.model_dir(kind)), "--served-model-name", f"tiny-{kind}",
              "--host", "127.0.0.1", "--port", str(port), *VLLM_ARGS], log, env=env)
         url = f"http://127.0.0.1:{port}"
         wait_http(url + "/health", proc, self.health_timeout, f"vLLM ({kind})")
@@ -447,7 +468,7 @@ class Driver:
     # -- one agent run ---------------------------------------------------------------------
 
     def run_agent(self, agent: Agent, node: Node, *, via: str, timeout: float,
-                  label: str) -> dict[str, Any]:
+                  label: str, tools: bool = False) -> dict[str, Any]:
         """Run ``agent`` once against ``node`` (``via`` ``sidecar`` or ``vllm``); return
         its output and figures: ``seconds`` until it exited, ``answer_seconds`` until the
         model's answer first showed in its output (None: never; an agent may go on
@@ -464,7 +485,7 @@ class Driver:
                "TERM": "dumb", **agent.home(home, base_url, node.model, self.prompts)}
         binary = self.agents_dir / f"{agent.name}-{agent.version}" / "node_modules" / ".bin" \
             / agent.binary
-        argv = agent.args(binary, home, node.model, self.prompts)
+        argv = agent.args(binary, home, node.model, self.prompts, tools=tools)
         strace = run_dir / "network.strace"
         argv = ["strace", "-f", "--seccomp-bpf", "-qq", "-e", "signal=none",
                 "-e", "trace=connect,sendto,sendmsg,sendmmsg", "-o", str(strace), "--",
@@ -474,7 +495,8 @@ class Driver:
         vllm_offset = node.vllm_log.stat().st_size
         sidecar_offset = node.sidecar_log.stat().st_size if node.sidecar_log else 0
         stdout, stderr = run_dir / "stdout.txt", run_dir / "stderr.txt"
-        answer = self.answer(node.kind).encode()
+        # The tool-call loop models give no answer: b"\0" never shows in an agent's output.
+        answer = b"\0" if tools else self.answer(node.kind).encode()
         answer_seconds: float | None = None
         start = time.monotonic()
         with stdout.open("wb") as out, stderr.open("wb") as err:
@@ -601,11 +623,54 @@ class Driver:
         with self.stage("vLLM stop (healthy)"):
             self.procs.stop_all()
 
+    def tool_loop_phase(self) -> None:
+        """The scripted tool-call loop (issue 39): each agent against its own tiny model,
+        which calls the same tool with the same arguments on every turn.
+
+        ``--baseline``: without the sidecar, until the agent stops by itself (its turn
+        limit, its own loop guard) or the time bound (``--baseline-timeout``); the report
+        gets the turns (requests vLLM served), the tokens, the seconds and which guard, if
+        any, the output names. The run through a sidecar (the loop seen at turn K, the
+        nudge in the upstream request log, refuse mode's message in the agent's output)
+        comes with the sidecar's agent-loop action and goes here, per agent, after the
+        baseline."""
+        if not self.baseline:
+            say("tool-call loop: nothing to run without --baseline yet")
+            return
+        for agent in self.agents:
+            kind = f"agent-{agent.name}"
+            with self.stage(f"vLLM start ({kind})"):
+                node = self.start_vllm(kind)
+            label = f"{agent.name}-toolloop-direct"
+            with self.stage(label):
+                try:
+                    got = self.run_agent(agent, node, via="vllm", timeout=self.baseline_timeout,
+                                         label=label, tools=True)
+                except Failed as exc:
+                    self.check(False, str(exc))
+                else:
+                    text = (self.logs / label / "stdout.txt").read_text(errors="replace") + \
+                        (self.logs / label / "stderr.txt").read_text(errors="replace")
+                    guard = next((name for name, pattern in GUARDS.items()
+                                  if re.search(pattern, text)), None)
+                    self.report(run=label + "-summary", agent=agent.name, turns=got[
+                        "vllm_requests"], seconds=got["seconds"], timed_out=got["timed_out"],
+                        exit_status=got["exit_status"], guard=guard,
+                        prompt_tokens=got["prompt_tokens"],
+                        generation_tokens=got["generation_tokens"])
+                    say(f"{label}: {got['vllm_requests']} turns in {got['seconds']:.0f}s, "
+                        f"guard {guard}, timed out {got['timed_out']}")
+            with self.stage(f"vLLM stop ({kind})"):
+                self.procs.stop_all()
+
     def run(self) -> int:
-        """Both phases; then the request-count check and the summary."""
+        """The phases; then the request-count check and the summary."""
         try:
-            self.loop_phase()
-            self.healthy_phase()
+            if self.agent_models is not None:
+                self.tool_loop_phase()
+            if not self.only_tool_loops:
+                self.loop_phase()
+                self.healthy_phase()
         finally:
             self.procs.stop_all()
         for name, count in self.loop_requests.items():
@@ -633,6 +698,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--logs", type=Path, required=True)
     parser.add_argument("--models", type=Path, required=True)
+    parser.add_argument("--agent-models", type=Path, default=None,
+                        help="the tool-call loop models (tests/e2e/tiny_agent_model.py)")
+    parser.add_argument("--only-tool-loops", action="store_true",
+                        help="run only the tool-call loop phase")
     parser.add_argument("--vllm-python", type=Path, required=True)
     parser.add_argument("--agents-dir", type=Path, required=True)
     parser.add_argument("--agents", default="claude,codex,qwen")
@@ -654,7 +723,8 @@ def main(argv: list[str] | None = None) -> int:
         logs=args.logs, models=args.models, vllm_python=args.vllm_python,
         agents_dir=args.agents_dir, agents=[AGENTS[a] for a in args.agents.split(",") if a],
         prompts=args.prompts, baseline=args.baseline, agent_timeout=args.agent_timeout,
-        baseline_timeout=args.baseline_timeout, health_timeout=args.health_timeout)
+        baseline_timeout=args.baseline_timeout, health_timeout=args.health_timeout,
+        agent_models=args.agent_models, only_tool_loops=args.only_tool_loops)
     return driver.run()
 
 
