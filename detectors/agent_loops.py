@@ -23,8 +23,11 @@ A call whose result changes is polling, not a loop: a run of calls only continue
 the result is the same. Results are compared by hash, never pairwise; a result is hashed
 only when its call matches the call after it, and compared a second time with durations,
 clock times and dates masked (a test run that prints "in 0.31s" each time) only when the
-plain hashes differ. A user turn ends the tool-call runs (a new instruction is not a loop).
-Work is bounded by the history's trailing ``window`` assistant events (the extractors stop
+plain hashes differ. User turns do not end a run: harnesses inject user-role messages
+between iterations (plan reminders, "continue"), and a call repeated across them with the
+same result is the same loop. Text-only replies between calls do not end it either
+(harnesses that plan in text between calls); a history whose last assistant turn is a
+text-only reply has no tool-call run (the agent ended its turn). Work is bounded by the history's trailing ``window`` assistant events (the extractors stop
 reading there), whatever the length of the history.
 """
 
@@ -101,9 +104,9 @@ class LoopConfig:
     (``benchmarks/agent_loops.py`` prints the table)."""
 
     #: ``repeat`` fires at this many identical calls in a row with identical results.
-    repeat_min: int = 5
+    repeat_min: int = 6
     #: ``cycle`` fires at this many whole repetitions of a 2- or 3-call cycle.
-    cycle_min: int = 4
+    cycle_min: int = 3
     #: ``text`` fires at this many text-only assistant turns in a row with the same text.
     text_min: int = 4
     #: Texts shorter than this (after normalization) never count ("OK.", "Done.").
@@ -127,7 +130,12 @@ _NON_WORD = re.compile(r"[\W_]+")
 _DIGITS = re.compile(r"\d+")
 
 
-def _text_of(result: object) -> str | None:
+def mask_volatile(text: str) -> str:
+    """``text`` with durations, clock times and dates masked (the second comparison)."""
+    return _VOLATILE.sub("\x00", text)
+
+
+def result_text(result: object) -> str | None:
     """The text of a tool result: a string as is, content blocks joined (text fields)."""
     if result is None or isinstance(result, str):
         return result
@@ -156,9 +164,9 @@ class _Results:
     def _get(self, i: int, masked: bool) -> int | None:
         cache = self._masked if masked else self._plain
         if i not in cache:
-            text = _text_of(self._steps[i].result)
+            text = result_text(self._steps[i].result)
             if text is not None and masked:
-                text = _VOLATILE.sub("\x00", text)
+                text = mask_volatile(text)
             cache[i] = None if text is None else hash(text)
         return cache[i]
 
@@ -170,16 +178,15 @@ class _Results:
         return a == b or self._get(i, True) == self._get(j, True)
 
 
-def _steps_since_user(history: Sequence[Event]) -> list[Step]:
-    """The steps after the last user turn, oldest first."""
-    out: list[Step] = []
+def _steps(history: Sequence[Event]) -> list[Step]:
+    """The steps of the history, oldest first; none when its last assistant event is a
+    text-only reply (the agent ended its turn: the calls before are no longer trailing)."""
     for event in reversed(history):
-        if isinstance(event, UserTurn):
-            break
+        if isinstance(event, Reply):
+            return []
         if isinstance(event, Step):
-            out.append(event)
-    out.reverse()
-    return out
+            break
+    return [event for event in history if isinstance(event, Step)]
 
 
 def _repeat(steps: Sequence[Step], results: _Results, config: LoopConfig) -> LoopFinding | None:
@@ -258,7 +265,7 @@ def check(history: Sequence[Event], config: LoopConfig) -> tuple[LoopFinding, ..
     """Every kind of loop the trailing run of ``history`` shows, ``repeat`` first.
 
     A run reported as ``repeat`` is not reported again as a ``cycle``."""
-    steps = _steps_since_user(history)
+    steps = _steps(history)
     results = _Results(steps)
     found: list[LoopFinding] = []
     repeat = _repeat(steps, results, config)

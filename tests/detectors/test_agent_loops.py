@@ -113,11 +113,25 @@ def test_missing_result_breaks_the_run() -> None:
     assert check([UserTurn(0), *steps(calls)], CONFIG) == ()
 
 
-def test_user_turn_ends_the_run() -> None:
-    """A new user instruction starts a new episode: calls before it do not count."""
-    history = [UserTurn(0), *steps([("Grep", "{}", "none")] * 3), UserTurn(10),
-               *steps([("Grep", "{}", "none")] * 3, start=11)]
-    assert check(history, CONFIG) == ()
+def test_user_turns_do_not_end_the_run() -> None:
+    """User-role messages between iterations (a harness's reminders, "continue") do not
+    hide a call repeated across them with the same result."""
+    history: list[Step | Reply | UserTurn] = [UserTurn(0)]
+    for i in range(5):
+        history += [Step(2 * i + 1, "Grep", "{}", "none"), UserTurn(2 * i + 2)]
+    (found,) = check(history, CONFIG)
+    assert (found.kind, found.count, found.indices) == ("repeat", 5, (1, 3, 5, 7, 9))
+
+
+def test_last_reply_ends_the_run() -> None:
+    """A history whose last assistant turn is a text-only reply has no tool-call finding
+    (the agent ended its turn); a reply between identical calls does not break the run."""
+    run = steps([("Grep", "{}", "none")] * 6)
+    assert check([UserTurn(0), *run, Reply(20, "No matches."), UserTurn(21)], CONFIG) == ()
+    history = [UserTurn(0), *run[:4], Reply(20, "Planning the next check."), UserTurn(21),
+               *steps([("Grep", "{}", "none")] * 2, start=22)]
+    (found,) = check(history, CONFIG)
+    assert (found.kind, found.count, found.indices) == ("repeat", 6, (1, 3, 5, 7, 22, 24))
 
 
 def test_content_blocks_results() -> None:

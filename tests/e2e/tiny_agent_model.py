@@ -49,6 +49,7 @@ CALLS: dict[str, dict[str, Any]] = {
 }
 AGENTS = tuple(CALLS)
 THINK_OPEN, THINK_CLOSE, EOS = "<think>", "</think>", "<|im_end|>"
+MAX_POSITIONS = 262144
 
 
 def tool_call_text(agent: str) -> str:
@@ -123,6 +124,11 @@ def build(out: pathlib.Path, agent: str, *, verify: bool = True) -> dict[str, An
     chain = [nl[0], tid(THINK_OPEN), tid(THINK_CLOSE), call[0], tid(EOS)]
     nxt = dict(itertools.pairwise(chain)) | {nlnl[0]: call[0]}
     model = _build_weights(out, hf, nxt, LAYERS)
+    # A looping agent's history outgrows tiny_model's 32768 positions within minutes (vLLM's
+    # CPU worker crashed at 32,936): the layers compute nothing, so any length is as good.
+    config = json.loads((out / "config.json").read_text(encoding="utf-8"))
+    config["max_position_embeddings"] = MAX_POSITIONS
+    (out / "config.json").write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
     if verify:
         _verify(hf, model, chain[1:])
     info = {"kind": f"agent-{agent}", "agent": agent, "tool_call": CALLS[agent],
