@@ -27,8 +27,9 @@ plain hashes differ. User turns do not end a run: harnesses inject user-role mes
 between iterations (plan reminders, "continue"), and a call repeated across them with the
 same result is the same loop. Text-only replies between calls do not end it either
 (harnesses that plan in text between calls); a history whose last assistant turn is a
-text-only reply has no tool-call run (the agent ended its turn). Work is bounded by the history's trailing ``window`` assistant events (the extractors stop
-reading there), whatever the length of the history.
+text-only reply has no tool-call run (the agent ended its turn). Work is bounded by the
+history's trailing ``window`` assistant events (the extractors stop reading there),
+whatever the length of the history: ``benchmarks/agent_loops.py cost`` measures it.
 """
 
 from __future__ import annotations
