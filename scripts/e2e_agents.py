@@ -71,7 +71,7 @@ VLLM_ENV = {"VLLM_ALLOW_LONG_MAX_MODEL_LEN": "1", "VLLM_CPU_KVCACHE_SPACE": "2",
             "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1",
             "DO_NOT_TRACK": "1"}
 #: How each agent's own guard announces itself, when it has one (searched in its output).
-GUARDS = {"qwen-loop-detection": r"potential loop was detected",
+GUARDS = {"qwen-loop-detection": r"potential loop was detected|Loop detection halted the run",
           "claude-max-turns": r"(?i)max(imum)? turns", "codex-turn-limit": r"(?i)turn limit"}
 SIDECAR_CONFIG = """\
 # [e2e-agents] as the e2e suite's: thinking off first, then salvage, 3 attempts.
