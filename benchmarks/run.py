@@ -282,8 +282,8 @@ def _answer_trace(reasoning_tokens: int) -> tuple[str, int]:
     """A replay trace (JSONL line) of at least ``reasoning_tokens`` tokens of the packaged
     healthy reasoning followed by a long answer, and the token events after which to stall
     so a stream is idle :data:`_ANSWER_TOKENS` tokens into its answer."""
-    from sidecar.simulator.behaviours import healthy_traces
-    from sidecar.simulator.tokenizer import tokenize
+    from sidecar.simulator.engine.behaviours import healthy_traces
+    from sidecar.simulator.engine.tokenizer import tokenize
 
     traces = healthy_traces()
     reasoning = ""

@@ -333,8 +333,8 @@ def test_separation_vocabulary_and_hedging_scores() -> None:
 def test_memory_answer_trace_stalls_inside_the_answer() -> None:
     """``memory --answer``: the replay trace has the asked reasoning, and the stall point
     lies past the reasoning, with the whole content channel block still to come."""
-    from sidecar.simulator.behaviours import split_trace
-    from sidecar.simulator.tokenizer import tokenize
+    from sidecar.simulator.engine.behaviours import split_trace
+    from sidecar.simulator.engine.tokenizer import tokenize
 
     line, stall_after = _answer_trace(500)
     trace = split_trace("t", json.loads(line)["text"])

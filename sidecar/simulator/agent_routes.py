@@ -30,10 +30,11 @@ from aiohttp import web
 
 from sidecar.simulator.agent_requests import not_found
 from sidecar.simulator.agent_runtime import AgentRun, RngDraw, Whole
-from sidecar.simulator.behaviours import Trace
 from sidecar.simulator.body_checks import BodyValidationError, FieldError
-from sidecar.simulator.faults import Fault, FaultHeaderError, FaultKind, parse_fault
-from sidecar.simulator.generation import Mode, Token
+from sidecar.simulator.engine.behaviours import Trace
+from sidecar.simulator.engine.faults import Fault, FaultHeaderError, FaultKind, parse_fault
+from sidecar.simulator.engine.generation import Mode, Token
+from sidecar.simulator.engine.job import Job
 from sidecar.simulator.messages_request import (
     check_messages,
     count_tokens,
@@ -41,7 +42,7 @@ from sidecar.simulator.messages_request import (
     parse_messages,
 )
 from sidecar.simulator.node import NODE_KEY, Node
-from sidecar.simulator.requests import ApiError, Job
+from sidecar.simulator.requests import ApiError
 from sidecar.simulator.responses_request import parse_responses
 from sidecar.simulator.streaming import TRACE_HEADER
 from sidecar.simulator.wire_messages import MessagesStream, MessagesWire

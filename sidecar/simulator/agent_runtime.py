@@ -19,11 +19,11 @@ from typing import Protocol, TypeVar
 
 from aiohttp import web
 
-from sidecar.simulator.behaviours import Trace
-from sidecar.simulator.faults import Fault, FaultKind
-from sidecar.simulator.generation import Channel, Mode, Token, generate
+from sidecar.simulator.engine.behaviours import Trace
+from sidecar.simulator.engine.faults import Fault, FaultKind
+from sidecar.simulator.engine.generation import Channel, Mode, Token, generate
+from sidecar.simulator.engine.job import Job
 from sidecar.simulator.node import ClientGoneError, Node
-from sidecar.simulator.requests import Job
 from sidecar.simulator.runtime import Accounting, Pacer, client_gone, wait_or_gone
 from sidecar.simulator.streaming import _INVALID_SSE
 from sidecar.simulator.wire_responses import Timings

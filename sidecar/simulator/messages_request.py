@@ -11,9 +11,10 @@ from typing import Any
 
 from sidecar.simulator.agent_requests import SWITCHES, known_model, prompt_fits, thinking_on
 from sidecar.simulator.body_checks import MISSING, Fields, body_mapping
-from sidecar.simulator.generation import GenSpec, Mode
-from sidecar.simulator.requests import ApiError, Job
-from sidecar.simulator.tokenizer import message_text, render_chat, tokenize
+from sidecar.simulator.engine.generation import GenSpec, Mode
+from sidecar.simulator.engine.job import Job
+from sidecar.simulator.engine.tokenizer import message_text, render_chat, tokenize
+from sidecar.simulator.requests import ApiError
 
 ROLES = ("user", "assistant", "system")
 THINKING_TYPES = ("enabled", "disabled", "adaptive")

@@ -25,12 +25,13 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from sidecar.simulator.faults import FaultHeaderError, FaultKind, parse_fault
-from sidecar.simulator.generation import Channel, Token, generate
+from sidecar.simulator.engine.faults import FaultHeaderError, FaultKind, parse_fault
+from sidecar.simulator.engine.generation import Channel, Token, generate
+from sidecar.simulator.engine.job import Job
+from sidecar.simulator.engine.tokenizer import token_id, tokenize
 from sidecar.simulator.node import NODE_KEY, ClientGoneError
-from sidecar.simulator.requests import ApiError, Job, parse_chat
+from sidecar.simulator.requests import ApiError, parse_chat
 from sidecar.simulator.runtime import Accounting, Pacer
-from sidecar.simulator.tokenizer import token_id, tokenize
 
 OLLAMA_VERSION = "0.33.0-rc2"
 NDJSON_HEADERS = {"Content-Type": "application/x-ndjson"}

@@ -13,12 +13,17 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
-from sidecar.simulator.generation import GenSpec, Mode, RepetitionParams
-from sidecar.simulator.tokenizer import message_text, render_chat, think_state_of_prompt, tokenize
+from sidecar.simulator.engine.generation import GenSpec, Mode, RepetitionParams
+from sidecar.simulator.engine.job import Job
+from sidecar.simulator.engine.tokenizer import (
+    message_text,
+    render_chat,
+    think_state_of_prompt,
+    tokenize,
+)
 
-Endpoint = Literal["chat", "completions", "messages", "responses"]
 COMPLETIONS_DEFAULT_MAX_TOKENS = 16  # vLLM's CompletionRequest default
 #: llama.cpp's error type for a prompt longer than a slot's context.
 CONTEXT_OVERFLOW = "exceed_context_size_error"
@@ -34,24 +39,6 @@ class ApiError(Exception):
     param: str | None = None
     #: Extra fields of the error object (llama.cpp's context overflow names the sizes).
     details: Mapping[str, int] | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class Job:
-    """A validated generation request."""
-
-    endpoint: Endpoint
-    model: str
-    stream: bool
-    n: int
-    include_usage: bool
-    continuous_usage: bool
-    prompt: str
-    prompt_tokens: int
-    spec: GenSpec
-    thinking: bool  # for the sim:requests_total label: was thinking on for this request
-    request_id: str | None  # from the body's request_id, if any
-    include_reasoning: bool = True  # false: vLLM generates reasoning but does not send it
 
 
 def _bad(message: str, param: str | None = None) -> ApiError:
@@ -213,7 +200,7 @@ def _model(body: Mapping[str, Any], known: tuple[str, ...], server: str = "vllm"
 
 def _job(
     body: Mapping[str, Any],
-    endpoint: Endpoint,
+    endpoint: str,
     flags: tuple[bool, bool, bool],
     prompt: str,
     mode: Mode,

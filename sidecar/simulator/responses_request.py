@@ -12,9 +12,10 @@ from typing import Any
 
 from sidecar.simulator.agent_requests import SWITCHES, known_model, not_found, thinking_on
 from sidecar.simulator.body_checks import MISSING, Fields, body_mapping
-from sidecar.simulator.generation import GenSpec, Mode
-from sidecar.simulator.requests import ApiError, Job
-from sidecar.simulator.tokenizer import message_text, render_chat, tokenize
+from sidecar.simulator.engine.generation import GenSpec, Mode
+from sidecar.simulator.engine.job import Job
+from sidecar.simulator.engine.tokenizer import message_text, render_chat, tokenize
+from sidecar.simulator.requests import ApiError
 
 EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh", "max")
 OLLAMA_EFFORTS = ("none", "low", "medium", "high", "max")

@@ -7,10 +7,10 @@ import asyncio
 
 from aiohttp import web
 
-from sidecar.simulator.generation import Token
+from sidecar.simulator.engine.generation import Token
+from sidecar.simulator.engine.job import Job
 from sidecar.simulator.metrics import ENGINE
 from sidecar.simulator.node import ClientGoneError, Node
-from sidecar.simulator.requests import Job
 
 SLICE = 0.05  # longest sleep between two disconnect checks
 

@@ -9,8 +9,8 @@ import zlib
 from aiohttp import web
 
 from sidecar.simulator.agent_routes import add_agent_routes
-from sidecar.simulator.behaviours import Behaviours
 from sidecar.simulator.config import SimulatorConfig
+from sidecar.simulator.engine.behaviours import Behaviours
 from sidecar.simulator.metrics import SimMetrics
 from sidecar.simulator.node import NODE_KEY, VLLM_VERSION, Node
 from sidecar.simulator.routes import (

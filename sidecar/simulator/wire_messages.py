@@ -24,7 +24,7 @@ from typing import Any, Protocol
 
 import orjson
 
-from sidecar.simulator.generation import Channel
+from sidecar.simulator.engine.generation import Channel
 
 # vLLM 0.32.0's converter cannot parse the chat stream's error line and reports pydantic's
 # text instead (rebuilt with vLLM's own ChatCompletionStreamResponse, pydantic 2.14).

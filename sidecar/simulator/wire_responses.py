@@ -28,7 +28,7 @@ from typing import Any
 
 import orjson
 
-from sidecar.simulator.generation import Channel
+from sidecar.simulator.engine.generation import Channel
 from sidecar.simulator.wire_messages import Draw, sse
 
 _KINDS = {Channel.REASONING: "reasoning", Channel.CONTENT: "message"}

@@ -9,7 +9,7 @@ import pytest
 
 from sidecar.service import cli
 from sidecar.service.demo import APIS, DemoApi, run_demo
-from sidecar.simulator.behaviours import FIX_ANSWER
+from sidecar.simulator.engine.behaviours import FIX_ANSWER
 
 #: Fast enough that the loop is cut within a fraction of a second (at 213 tokens).
 RATE = 1500.0

@@ -11,8 +11,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sidecar.simulator.behaviours import Behaviours, load_traces
-from sidecar.simulator.generation import Channel
+from sidecar.simulator.engine.behaviours import Behaviours, load_traces
+from sidecar.simulator.engine.generation import Channel
 from sidecar.simulator.wire_messages import MessagesStream, VllmMessages
 from sidecar.simulator.wire_responses import (
     ResponseHead,

@@ -9,7 +9,7 @@ import anthropic
 import openai
 import pytest
 
-from sidecar.simulator.behaviours import FIX_ANSWER, LOOP_TOKENS
+from sidecar.simulator.engine.behaviours import FIX_ANSWER, LOOP_TOKENS
 from tests.simulator.conftest import SimFactory
 
 HELLO: list[Any] = [{"role": "user", "content": "Hello"}]

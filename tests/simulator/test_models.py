@@ -11,8 +11,8 @@ from typing import Any
 import orjson
 import pytest
 
-from sidecar.simulator.behaviours import KOREAN_LOOP, LOOP_TOKENS
-from sidecar.simulator.tokenizer import tokenize
+from sidecar.simulator.engine.behaviours import KOREAN_LOOP, LOOP_TOKENS
+from sidecar.simulator.engine.tokenizer import tokenize
 from tests.simulator.conftest import SimFactory, events, hello
 
 CHAT = "/v1/chat/completions"

@@ -8,9 +8,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sidecar.simulator.behaviours import LOOP_TOKENS, Behaviours, load_traces, split_trace
-from sidecar.simulator.faults import Fault, FaultHeaderError, FaultKind, parse_fault
-from sidecar.simulator.generation import (
+from sidecar.simulator.engine.behaviours import LOOP_TOKENS, Behaviours, load_traces, split_trace
+from sidecar.simulator.engine.faults import Fault, FaultHeaderError, FaultKind, parse_fault
+from sidecar.simulator.engine.generation import (
     Channel,
     GenSpec,
     Mode,
@@ -19,8 +19,13 @@ from sidecar.simulator.generation import (
     generate,
     interleave,
 )
+from sidecar.simulator.engine.tokenizer import (
+    render_chat,
+    think_state_of_prompt,
+    token_id,
+    tokenize,
+)
 from sidecar.simulator.requests import thinking_enabled
-from sidecar.simulator.tokenizer import render_chat, think_state_of_prompt, token_id, tokenize
 from sidecar.simulator.wire import StreamIdentity, Usage, Vllm032Wire
 
 IDENT = StreamIdentity("chatcmpl-x", 1, "m")

@@ -14,7 +14,7 @@ import enum
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-from sidecar.simulator.tokenizer import EOS, THINK_CLOSE, THINK_OPEN
+from sidecar.simulator.engine.tokenizer import EOS, THINK_CLOSE, THINK_OPEN
 
 TokenSource = Callable[[], Iterator[str]]
 

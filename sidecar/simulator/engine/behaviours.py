@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
-from sidecar.simulator.generation import Script
-from sidecar.simulator.tokenizer import THINK_CLOSE, THINK_OPEN, tokenize
+from sidecar.simulator.engine.generation import Script
+from sidecar.simulator.engine.tokenizer import THINK_CLOSE, THINK_OPEN, tokenize
 
 # fmt: off
 # The exact 22-token loop of the tiny Qwen model in the vLLM 0.32 captures.
