@@ -28,9 +28,9 @@ from dataclasses import dataclass
 import orjson
 from aiohttp import web
 
-from sidecar.simulator.agent_requests import not_found
 from sidecar.simulator.agent_runtime import AgentRun, RngDraw, Whole
-from sidecar.simulator.body_checks import BodyValidationError, FieldError
+from sidecar.simulator.common.errors import ApiError, in_dialect
+from sidecar.simulator.common.validation import BodyValidationError, FieldError
 from sidecar.simulator.engine.behaviours import Trace
 from sidecar.simulator.engine.faults import Fault, FaultHeaderError, FaultKind, parse_fault
 from sidecar.simulator.engine.generation import Mode, Token
@@ -42,8 +42,7 @@ from sidecar.simulator.messages_request import (
     parse_messages,
 )
 from sidecar.simulator.node import NODE_KEY, Node
-from sidecar.simulator.requests import ApiError
-from sidecar.simulator.responses_request import parse_responses
+from sidecar.simulator.responses_request import not_found, parse_responses
 from sidecar.simulator.streaming import TRACE_HEADER
 from sidecar.simulator.wire_messages import MessagesStream, MessagesWire
 from sidecar.simulator.wire_responses import (
@@ -134,14 +133,6 @@ async def _reset(request: web.Request) -> web.Response:
     return web.Response(status=499)
 
 
-def _in_dialect(agent: AgentWires, err: ApiError, body: object) -> ApiError:
-    """The error as the node's server words it (Ollama names a missing model its way)."""
-    if agent.dialect == "ollama" and err.status == 404 and err.param == "model":
-        model = body.get("model") if isinstance(body, dict) else None
-        return ApiError(404, f'model "{model}" not found, try pulling it first')
-    return err
-
-
 # --------------------------------------------------------------------------- messages
 
 
@@ -161,7 +152,7 @@ async def messages_route(request: web.Request) -> web.StreamResponse:
     except BodyValidationError as exc:
         return _json(wire.validation_body(exc.message, exc.param, draw), 400, wire.json_headers)
     except ApiError as err:
-        err = _in_dialect(agent, err, body)
+        err = in_dialect(agent.dialect, err, body)
         return _json(wire.error_body(err.status, err.err_type, err.message, draw), err.status,
                      wire.json_headers)
     if fault is not None and fault.kind is FaultKind.HTTP_500:
@@ -203,7 +194,7 @@ async def count_tokens_route(request: web.Request) -> web.Response:
     except BodyValidationError as exc:
         return _json(wire.validation_body(exc.message, exc.param, draw), 400, wire.json_headers)
     except ApiError as err:
-        err = _in_dialect(agent, err, body)
+        err = in_dialect(agent.dialect, err, body)
         return _json(wire.error_body(err.status, err.err_type, err.message, draw), err.status,
                      wire.json_headers)
     return _json(wire.count_tokens_body(n), 200, wire.json_headers)
@@ -262,7 +253,7 @@ async def responses_route(request: web.Request) -> web.StreamResponse:
     except BodyValidationError as exc:
         return _json(wire.validation_body(exc.message, exc.param), 400, wire.json_headers)
     except ApiError as err:
-        err = _in_dialect(agent, err, body)
+        err = in_dialect(agent.dialect, err, body)
         return _json(wire.error_body(err.status, err.err_type, err.message, err.param),
                      err.status, wire.json_headers)
     if fault is not None and fault.kind is FaultKind.HTTP_500:

@@ -19,11 +19,12 @@ from typing import Protocol, TypeVar
 
 from aiohttp import web
 
+from sidecar.simulator.common.errors import ClientGoneError
 from sidecar.simulator.engine.behaviours import Trace
 from sidecar.simulator.engine.faults import Fault, FaultKind
 from sidecar.simulator.engine.generation import Channel, Mode, Token, generate
 from sidecar.simulator.engine.job import Job
-from sidecar.simulator.node import ClientGoneError, Node
+from sidecar.simulator.node import Node
 from sidecar.simulator.runtime import Accounting, Pacer, client_gone, wait_or_gone
 from sidecar.simulator.streaming import _INVALID_SSE
 from sidecar.simulator.wire_responses import Timings

@@ -9,12 +9,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from sidecar.simulator.agent_requests import SWITCHES, known_model, prompt_fits, thinking_on
-from sidecar.simulator.body_checks import MISSING, Fields, body_mapping
+from sidecar.simulator.common.errors import ApiError, known_model
+from sidecar.simulator.common.thinking import SWITCHES, thinking_on
+from sidecar.simulator.common.validation import MISSING, Fields, body_mapping
 from sidecar.simulator.engine.generation import GenSpec, Mode
 from sidecar.simulator.engine.job import Job
 from sidecar.simulator.engine.tokenizer import message_text, render_chat, tokenize
-from sidecar.simulator.requests import ApiError
 
 ROLES = ("user", "assistant", "system")
 THINKING_TYPES = ("enabled", "disabled", "adaptive")
@@ -97,6 +97,15 @@ def _thinking(f: Fields, body: Mapping[str, Any]) -> Thinking | None:
                budget, {"ge": 1024})
         return None
     return Thinking("enabled", budget)
+
+
+def prompt_fits(prompt_tokens: int, max_model_len: int) -> None:
+    if prompt_tokens >= max_model_len:
+        # ⚠ Chat's wording for an over-long prompt; not captured on this endpoint.
+        raise ApiError(400, f"This model's maximum context length is {max_model_len} tokens. "
+                            f"However, your request has {prompt_tokens} input tokens. Please "
+                            "reduce the length of the input messages. (parameter=input_tokens, "
+                            f"value={prompt_tokens})", "BadRequestError", "input_tokens")
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,11 +8,11 @@ from dataclasses import dataclass, field
 
 from aiohttp import web
 
+from sidecar.simulator.common.errors import ApiError
 from sidecar.simulator.config import SimulatorConfig
 from sidecar.simulator.engine.behaviours import Behaviours
 from sidecar.simulator.engine.job import Job
 from sidecar.simulator.metrics import SimMetrics
-from sidecar.simulator.requests import ApiError
 from sidecar.simulator.wire import Vllm032Wire, WireDialect
 from sidecar.simulator.wires import request_body
 

@@ -25,12 +25,13 @@ from typing import Any
 import orjson
 from aiohttp import web
 
+from sidecar.simulator.common.errors import ApiError, ClientGoneError
 from sidecar.simulator.engine.faults import FaultHeaderError, FaultKind, parse_fault
 from sidecar.simulator.engine.generation import Channel, Token, generate
 from sidecar.simulator.engine.job import Job
 from sidecar.simulator.engine.tokenizer import token_id, tokenize
-from sidecar.simulator.node import NODE_KEY, ClientGoneError
-from sidecar.simulator.requests import ApiError, parse_chat
+from sidecar.simulator.node import NODE_KEY
+from sidecar.simulator.requests import parse_chat
 from sidecar.simulator.runtime import Accounting, Pacer
 
 OLLAMA_VERSION = "0.33.0-rc2"

@@ -12,9 +12,10 @@ context's end; a prompt that does not fit is ``exceed_context_size_error``.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
+from sidecar.simulator.common.errors import ApiError
+from sidecar.simulator.common.thinking import thinking_enabled
 from sidecar.simulator.engine.generation import GenSpec, Mode, RepetitionParams
 from sidecar.simulator.engine.job import Job
 from sidecar.simulator.engine.tokenizer import (
@@ -27,18 +28,6 @@ from sidecar.simulator.engine.tokenizer import (
 COMPLETIONS_DEFAULT_MAX_TOKENS = 16  # vLLM's CompletionRequest default
 #: llama.cpp's error type for a prompt longer than a slot's context.
 CONTEXT_OVERFLOW = "exceed_context_size_error"
-
-
-@dataclass(frozen=True, slots=True)
-class ApiError(Exception):
-    """An error answered as a JSON body before any stream starts."""
-
-    status: int
-    message: str
-    err_type: str = "BadRequestError"
-    param: str | None = None
-    #: Extra fields of the error object (llama.cpp's context overflow names the sizes).
-    details: Mapping[str, int] | None = None
 
 
 def _bad(message: str, param: str | None = None) -> ApiError:
@@ -59,20 +48,6 @@ def _int_field(body: Mapping[str, Any], name: str) -> int | None:
     if isinstance(value, bool) or not isinstance(value, int):
         raise _validation(f"`{name}` must be an integer.", name, value)
     return value
-
-
-def thinking_enabled(body: Mapping[str, Any]) -> bool:
-    """Whether thinking stays on: ``chat_template_kwargs.enable_thinking`` or ``.thinking``
-    false turns it off; without ``enable_thinking``, ``reasoning_effort: "none"`` does too."""
-    kwargs = body.get("chat_template_kwargs")
-    if not isinstance(kwargs, Mapping):
-        kwargs = {}
-    if "enable_thinking" in kwargs:
-        if kwargs["enable_thinking"] is False:
-            return False
-    elif body.get("reasoning_effort") == "none":
-        return False
-    return kwargs.get("thinking") is not False
 
 
 def _repetition(body: Mapping[str, Any]) -> RepetitionParams | None:

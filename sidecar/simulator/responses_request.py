@@ -10,12 +10,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from sidecar.simulator.agent_requests import SWITCHES, known_model, not_found, thinking_on
-from sidecar.simulator.body_checks import MISSING, Fields, body_mapping
+from sidecar.simulator.common.errors import ApiError, known_model
+from sidecar.simulator.common.thinking import SWITCHES, thinking_on
+from sidecar.simulator.common.validation import MISSING, Fields, body_mapping
 from sidecar.simulator.engine.generation import GenSpec, Mode
 from sidecar.simulator.engine.job import Job
 from sidecar.simulator.engine.tokenizer import message_text, render_chat, tokenize
-from sidecar.simulator.requests import ApiError
 
 EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh", "max")
 OLLAMA_EFFORTS = ("none", "low", "medium", "high", "max")
@@ -30,6 +30,12 @@ class ResponsesJob:
     response_id: str | None
     echo: dict[str, Any] = field(default_factory=dict)
     include_reasoning: bool = True
+
+
+def not_found(response_id: str) -> ApiError:
+    """vLLM's answer for a response id it does not hold (always, without the store)."""
+    return ApiError(404, f"Response with id '{response_id}' not found.",
+                    "invalid_request_error", "response_id")
 
 
 def _reasoning_echo(raw: Mapping[str, Any]) -> dict[str, Any]:

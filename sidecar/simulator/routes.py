@@ -15,6 +15,7 @@ import orjson
 from aiohttp import web
 
 from sidecar.simulator import ollama
+from sidecar.simulator.common.errors import ApiError
 from sidecar.simulator.engine.tokenizer import message_text, render_chat, token_id, tokenize
 from sidecar.simulator.node import (
     BASE_HEADERS,
@@ -24,7 +25,6 @@ from sidecar.simulator.node import (
     error_response,
     json_response,
 )
-from sidecar.simulator.requests import ApiError
 from sidecar.simulator.wires import LlamaCppWire
 
 

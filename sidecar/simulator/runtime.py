@@ -7,10 +7,11 @@ import asyncio
 
 from aiohttp import web
 
+from sidecar.simulator.common.errors import ClientGoneError
 from sidecar.simulator.engine.generation import Token
 from sidecar.simulator.engine.job import Job
 from sidecar.simulator.metrics import ENGINE
-from sidecar.simulator.node import ClientGoneError, Node
+from sidecar.simulator.node import Node
 
 SLICE = 0.05  # longest sleep between two disconnect checks
 

@@ -14,19 +14,13 @@ from collections.abc import Iterator
 
 from aiohttp import web
 
+from sidecar.simulator.common.errors import ApiError, ClientGoneError
 from sidecar.simulator.engine.behaviours import Trace
 from sidecar.simulator.engine.faults import Fault, FaultHeaderError, FaultKind, parse_fault
 from sidecar.simulator.engine.generation import Channel, Mode, Script, Token, generate, interleave
 from sidecar.simulator.engine.job import Job
-from sidecar.simulator.node import (
-    JSON_HEADERS,
-    NODE_KEY,
-    ClientGoneError,
-    Node,
-    error_response,
-    json_response,
-)
-from sidecar.simulator.requests import ApiError, parse_chat, parse_completion
+from sidecar.simulator.node import JSON_HEADERS, NODE_KEY, Node, error_response, json_response
+from sidecar.simulator.requests import parse_chat, parse_completion
 from sidecar.simulator.routes import read_json
 from sidecar.simulator.runtime import Accounting, Pacer, client_gone, wait_or_gone
 from sidecar.simulator.wire import ChoiceResult, StreamIdentity, Usage

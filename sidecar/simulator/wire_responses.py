@@ -28,8 +28,9 @@ from typing import Any
 
 import orjson
 
+from sidecar.simulator.common.draw import Draw
+from sidecar.simulator.common.sse import sse
 from sidecar.simulator.engine.generation import Channel
-from sidecar.simulator.wire_messages import Draw, sse
 
 _KINDS = {Channel.REASONING: "reasoning", Channel.CONTENT: "message"}
 Event = tuple[str, dict[str, Any]]

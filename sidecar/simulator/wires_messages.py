@@ -10,7 +10,7 @@
   error shapes.
 - :class:`OllamaMessages`: ⚠ **documentation only** (Ollama ``anthropic/anthropic.go`` at
   ``017eb8ae``, read, not run): struct field order, ``msg_`` + 24 hex, no signature,
-  ``stop_reason`` without ``stop_sequence``, Go JSON (:mod:`~sidecar.simulator.gojson`),
+  ``stop_reason`` without ``stop_sequence``, Go JSON (:mod:`~sidecar.simulator.common.gojson`),
   a newline after a non-streaming body; an error after output has started just ends the
   stream.
 - :class:`SglangMessages`: ⚠ **documentation only** (SGLang ``anthropic/serving.py`` at
@@ -24,8 +24,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from sidecar.simulator import gojson
-from sidecar.simulator.wire_messages import Draw, MessagesWire, VllmMessages, stop_reason
+from sidecar.simulator.common import gojson
+from sidecar.simulator.common.draw import Draw
+from sidecar.simulator.wire_messages import MessagesWire, VllmMessages, stop_reason
 
 
 class LlamaCppMessages(MessagesWire):

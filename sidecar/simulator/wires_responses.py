@@ -24,8 +24,9 @@ from typing import Any
 
 import orjson
 
-from sidecar.simulator import gojson
-from sidecar.simulator.wire_messages import Draw, sse
+from sidecar.simulator.common import gojson
+from sidecar.simulator.common.draw import Draw
+from sidecar.simulator.common.sse import sse
 from sidecar.simulator.wire_responses import (
     Event,
     Item,

@@ -16,7 +16,7 @@ import orjson
 import pytest
 from aiohttp.test_utils import TestClient
 
-from sidecar.simulator import gojson
+from sidecar.simulator.common import gojson
 from sidecar.simulator.engine.behaviours import FIX_ANSWER, LOOP_TOKENS
 from sidecar.simulator.messages_request import check_messages, messages_thinking
 from tests.simulator.conftest import SimFactory

@@ -23,8 +23,9 @@ from sidecar.simulator.wire_responses import (
 )
 from sidecar.simulator.wires_messages import SglangMessages
 
-PURE = ("body_checks", "agent_requests", "messages_request", "responses_request",
-        "wire_messages", "wire_responses", "wires_messages", "wires_responses", "gojson")
+PURE = ("common/validation", "common/thinking", "common/errors", "common/sse", "common/draw",
+        "common/gojson", "messages_request", "responses_request", "wire_messages",
+        "wire_responses", "wires_messages", "wires_responses")
 SIMULATOR = Path(__file__).parent.parent.parent / "sidecar" / "simulator"
 
 

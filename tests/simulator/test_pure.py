@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from sidecar.simulator.common.thinking import thinking_enabled
 from sidecar.simulator.engine.behaviours import LOOP_TOKENS, Behaviours, load_traces, split_trace
 from sidecar.simulator.engine.faults import Fault, FaultHeaderError, FaultKind, parse_fault
 from sidecar.simulator.engine.generation import (
@@ -25,7 +26,6 @@ from sidecar.simulator.engine.tokenizer import (
     token_id,
     tokenize,
 )
-from sidecar.simulator.requests import thinking_enabled
 from sidecar.simulator.wire import StreamIdentity, Usage, Vllm032Wire
 
 IDENT = StreamIdentity("chatcmpl-x", 1, "m")

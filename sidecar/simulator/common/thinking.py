@@ -1,7 +1,10 @@
-"""What the simulated node's two agent APIs share when reading a request: each server's
-thinking switches, the model check and vLLM's handler errors. Pure.
+"""How each simulated server turns thinking on and off. Pure.
 
-Thinking switches per server (:data:`SWITCHES`): vLLM maps messages'
+On chat (:func:`thinking_enabled`): ``chat_template_kwargs.enable_thinking`` (or
+``.thinking``) false turns it off; without ``enable_thinking``, ``reasoning_effort:
+"none"`` does too.
+
+On the agent APIs, per server (:data:`SWITCHES`): vLLM maps messages'
 ``thinking: {"type": "disabled"}`` to ``reasoning_effort: "none"`` (what its probe picks
 for a Qwen3 template) and ``{"type": "enabled", "budget_tokens": N}`` to
 ``thinking_token_budget``; Responses' ``reasoning.effort: "none"`` turns thinking off;
@@ -9,11 +12,6 @@ for a Qwen3 template) and ``{"type": "enabled", "budget_tokens": N}`` to
 ``thinking.disabled`` (captured); Ollama maps ``thinking``/``effort`` to ``think`` and
 ignores ``chat_template_kwargs`` (source-read); SGLang honours ``thinking.disabled``
 (documented only).
-
-Errors the handlers return are :class:`~sidecar.simulator.requests.ApiError` (answered
-Anthropic-shaped on ``/v1/messages``); request-model errors are
-:class:`~sidecar.simulator.body_checks.BodyValidationError`. The readers themselves are
-:mod:`~sidecar.simulator.messages_request` and :mod:`~sidecar.simulator.responses_request`.
 """
 
 from __future__ import annotations
@@ -22,7 +20,19 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from sidecar.simulator.requests import ApiError, thinking_enabled
+
+def thinking_enabled(body: Mapping[str, Any]) -> bool:
+    """Whether thinking stays on: ``chat_template_kwargs.enable_thinking`` or ``.thinking``
+    false turns it off; without ``enable_thinking``, ``reasoning_effort: "none"`` does too."""
+    kwargs = body.get("chat_template_kwargs")
+    if not isinstance(kwargs, Mapping):
+        kwargs = {}
+    if "enable_thinking" in kwargs:
+        if kwargs["enable_thinking"] is False:
+            return False
+    elif body.get("reasoning_effort") == "none":
+        return False
+    return kwargs.get("thinking") is not False
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,31 +59,11 @@ SWITCHES: Mapping[str, Switches] = {
 
 
 def thinking_on(switch: Switches, kwargs: Mapping[str, Any] | None,
-                 effort: str | None) -> bool:
+                effort: str | None) -> bool:
+    """Whether thinking is on for an agent-API request on a server with ``switch``."""
     chat_like: dict[str, Any] = {}
     if switch.honours_template_kwargs and kwargs is not None:
         chat_like["chat_template_kwargs"] = dict(kwargs)
     if effort is not None:
         chat_like["reasoning_effort"] = effort
     return thinking_enabled(chat_like)
-
-
-def known_model(model: str, known: tuple[str, ...]) -> None:
-    if model not in known:
-        raise ApiError(404, f"The model `{model}` does not exist. "
-                            f"Valid aliases: {', '.join(known)}.", "NotFoundError", "model")
-
-
-def prompt_fits(prompt_tokens: int, max_model_len: int) -> None:
-    if prompt_tokens >= max_model_len:
-        # ⚠ Chat's wording for an over-long prompt; not captured on this endpoint.
-        raise ApiError(400, f"This model's maximum context length is {max_model_len} tokens. "
-                            f"However, your request has {prompt_tokens} input tokens. Please "
-                            "reduce the length of the input messages. (parameter=input_tokens, "
-                            f"value={prompt_tokens})", "BadRequestError", "input_tokens")
-
-
-def not_found(response_id: str) -> ApiError:
-    """vLLM's answer for a response id it does not hold (always, without the store)."""
-    return ApiError(404, f"Response with id '{response_id}' not found.",
-                    "invalid_request_error", "response_id")
