@@ -7,6 +7,6 @@ behaviour (``sim-healthy``, ``sim-loop``, …) and ``X-Sim-Fault`` injects fault
 """
 
 from sidecar.simulator.config import SimulatorConfig
-from sidecar.simulator.server import make_simulator_app, run_simulator
+from sidecar.simulator.node.server import make_simulator_app, run_simulator
 
 __all__ = ["SimulatorConfig", "make_simulator_app", "run_simulator"]

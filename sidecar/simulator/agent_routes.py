@@ -4,7 +4,7 @@ by id, which a vLLM without its store answers 404). Route handlers only: reading
 (:mod:`~sidecar.simulator.messages_request`, :mod:`~sidecar.simulator.responses_request`)
 and encoding (:mod:`~sidecar.simulator.wire_messages`,
 :mod:`~sidecar.simulator.wire_responses` and the ``wires_*`` modules of the other servers)
-are pure; generation and its I/O run in :mod:`~sidecar.simulator.agent_runtime`.
+are pure; generation and its I/O run in :mod:`~sidecar.simulator.node.event_run`.
 
 Generation is the chat route's: the same scripted ``sim-*`` models, thinking switches,
 budgets, pacing and metrics (``vllm:num_requests_running``, ``generation_tokens_total``,
@@ -25,32 +25,36 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-import orjson
 from aiohttp import web
 
-from sidecar.simulator.agent_runtime import AgentRun, RngDraw, Whole
 from sidecar.simulator.common.errors import ApiError, in_dialect
-from sidecar.simulator.common.validation import BodyValidationError, FieldError
-from sidecar.simulator.engine.behaviours import Trace
-from sidecar.simulator.engine.faults import Fault, FaultHeaderError, FaultKind, parse_fault
+from sidecar.simulator.common.validation import BodyValidationError
+from sidecar.simulator.engine.faults import FaultKind
 from sidecar.simulator.engine.generation import Mode, Token
-from sidecar.simulator.engine.job import Job
+from sidecar.simulator.engine.job import Job, Timings
 from sidecar.simulator.messages_request import (
     check_messages,
     count_tokens,
     messages_chat,
     parse_messages,
 )
-from sidecar.simulator.node import NODE_KEY, Node
+from sidecar.simulator.node.event_run import (
+    EventRun,
+    Whole,
+    fault_of,
+    json_answer,
+    read_body,
+    replay_trace,
+    reset,
+)
+from sidecar.simulator.node.state import NODE_KEY, RngDraw
 from sidecar.simulator.responses_request import not_found, parse_responses
-from sidecar.simulator.streaming import TRACE_HEADER
 from sidecar.simulator.wire_messages import MessagesStream, MessagesWire
 from sidecar.simulator.wire_responses import (
     ResponseHead,
     ResponsesStream,
     ResponsesWire,
     ResponseUsage,
-    Timings,
 )
 from sidecar.simulator.wires_messages import MESSAGES_WIRES
 from sidecar.simulator.wires_responses import RESPONSES_WIRES
@@ -93,46 +97,6 @@ def add_agent_routes(app: web.Application, dialect: str) -> None:
         app.router.add_post("/v1/responses/{response_id}/cancel", response_by_id_route)
 
 
-def _json(body: bytes, status: int, headers: dict[str, str]) -> web.Response:
-    return web.Response(status=status, body=body, headers=headers)
-
-
-async def _read(request: web.Request) -> object:
-    raw = await request.read()
-    try:
-        return orjson.loads(raw)
-    except orjson.JSONDecodeError as exc:
-        # ⚠ vLLM reports pydantic's json_invalid with the parser's position; not modelled.
-        raise BodyValidationError([FieldError("json_invalid", "body", "JSON decode error",
-                                              {}, {"error": str(exc)})]) from None
-
-
-def _trace(node: Node, request: web.Request, model: str) -> Trace | None:
-    """The replay trace ``X-Sim-Trace`` picks for ``sim-replay`` (raises :class:`ApiError`)."""
-    selector = request.headers.get(TRACE_HEADER)
-    if selector is None or node.behaviours.resolve(model) != "sim-replay":
-        return None
-    try:
-        return node.behaviours.replay_trace(selector)
-    except LookupError as exc:
-        raise ApiError(404, str(exc), "NotFoundError", TRACE_HEADER) from None
-
-
-def _fault(request: web.Request) -> Fault | None:
-    """The request's fault (raises :class:`ApiError` for a header it cannot read)."""
-    try:
-        return parse_fault(request.headers)
-    except FaultHeaderError as exc:
-        raise ApiError(400, str(exc), param="X-Sim-Fault") from None
-
-
-async def _reset(request: web.Request) -> web.Response:
-    await request.read()
-    if request.transport is not None:
-        request.transport.abort()
-    return web.Response(status=499)
-
-
 # --------------------------------------------------------------------------- messages
 
 
@@ -142,39 +106,40 @@ async def messages_route(request: web.Request) -> web.StreamResponse:
     wire, draw = agent.messages, RngDraw(node.rng)
     body: object = None
     try:
-        fault = _fault(request)
+        fault = fault_of(request)
         if fault is not None and fault.kind is FaultKind.RESET_BEFORE_HEADERS:
-            return await _reset(request)
-        body = await _read(request)
+            return await reset(request)
+        body = await read_body(request)
         job = parse_messages(body, dialect=agent.dialect, known=node.behaviours.names,
                              max_model_len=node.config.max_model_len)
-        trace = _trace(node, request, job.model)
+        trace = replay_trace(node, request, job.model)
     except BodyValidationError as exc:
-        return _json(wire.validation_body(exc.message, exc.param, draw), 400, wire.json_headers)
+        return json_answer(wire.validation_body(exc.message, exc.param, draw), 400,
+                           wire.json_headers)
     except ApiError as err:
         err = in_dialect(agent.dialect, err, body)
-        return _json(wire.error_body(err.status, err.err_type, err.message, draw), err.status,
+        return json_answer(wire.error_body(err.status, err.err_type, err.message, draw), err.status,
                      wire.json_headers)
     if fault is not None and fault.kind is FaultKind.HTTP_500:
-        return _json(wire.error_body(500, "InternalServerError", _INTERNAL, draw), 500,
+        return json_answer(wire.error_body(500, "InternalServerError", _INTERNAL, draw), 500,
                      wire.json_headers)
     given = request.headers.get("X-Request-Id")
     prefix = agent.thinking_off_prefix if job.spec.mode is Mode.NO_THINK else ""
     stream = MessagesStream(wire, wire.message_id(draw, given), job.model, draw,
                             leading_text=prefix)
-    run = AgentRun(node, request, job, fault, trace, wire.stream_headers, wire.json_headers)
+    run = EventRun(node, request, job, fault, trace, wire.stream_headers, wire.json_headers)
     if job.stream:
         return await run.stream(_MessagesSink(stream, wire))
     result = await run.whole()
     if not isinstance(result, Whole):
         return result
     if result.failed:
-        return _json(wire.error_body(500, "InternalServerError", _INTERNAL, draw), 500,
+        return json_answer(wire.error_body(500, "InternalServerError", _INTERNAL, draw), 500,
                      wire.json_headers)
     content = (prefix + result.content) if result.content else result.content
-    return _json(wire.body(stream.msg_id, job.model, result.reasoning or None, content or None,
-                           result.finish_reason, job.prompt_tokens, result.completion_tokens,
-                           draw), 200, wire.json_headers)
+    return json_answer(wire.body(stream.msg_id, job.model, result.reasoning or None,
+                                 content or None, result.finish_reason, job.prompt_tokens,
+                                 result.completion_tokens, draw), 200, wire.json_headers)
 
 
 async def count_tokens_route(request: web.Request) -> web.Response:
@@ -183,7 +148,7 @@ async def count_tokens_route(request: web.Request) -> web.Response:
     wire, draw = agent.messages, RngDraw(node.rng)
     body: object = None
     try:
-        body = await _read(request)
+        body = await read_body(request)
         if agent.dialect == "ollama":
             # ⚠ Ollama estimates (characters / 4) instead of tokenizing (source-read).
             req = check_messages(body, count_tokens=True)
@@ -192,12 +157,13 @@ async def count_tokens_route(request: web.Request) -> web.Response:
         else:
             n = count_tokens(body, dialect=agent.dialect, known=node.behaviours.names)
     except BodyValidationError as exc:
-        return _json(wire.validation_body(exc.message, exc.param, draw), 400, wire.json_headers)
+        return json_answer(wire.validation_body(exc.message, exc.param, draw), 400,
+                           wire.json_headers)
     except ApiError as err:
         err = in_dialect(agent.dialect, err, body)
-        return _json(wire.error_body(err.status, err.err_type, err.message, draw), err.status,
+        return json_answer(wire.error_body(err.status, err.err_type, err.message, draw), err.status,
                      wire.json_headers)
-    return _json(wire.count_tokens_body(n), 200, wire.json_headers)
+    return json_answer(wire.count_tokens_body(n), 200, wire.json_headers)
 
 
 class _MessagesSink:
@@ -242,29 +208,29 @@ async def responses_route(request: web.Request) -> web.StreamResponse:
     default_model = node.config.served_model_name or node.behaviours.names[0]
     body: object = None
     try:
-        fault = _fault(request)
+        fault = fault_of(request)
         if fault is not None and fault.kind is FaultKind.RESET_BEFORE_HEADERS:
-            return await _reset(request)
-        body = await _read(request)
+            return await reset(request)
+        body = await read_body(request)
         parsed = parse_responses(body, dialect=agent.dialect, known=node.behaviours.names,
                                  default_model=default_model,
                                  max_model_len=node.config.max_model_len)
-        trace = _trace(node, request, parsed.job.model)
+        trace = replay_trace(node, request, parsed.job.model)
     except BodyValidationError as exc:
-        return _json(wire.validation_body(exc.message, exc.param), 400, wire.json_headers)
+        return json_answer(wire.validation_body(exc.message, exc.param), 400, wire.json_headers)
     except ApiError as err:
         err = in_dialect(agent.dialect, err, body)
-        return _json(wire.error_body(err.status, err.err_type, err.message, err.param),
+        return json_answer(wire.error_body(err.status, err.err_type, err.message, err.param),
                      err.status, wire.json_headers)
     if fault is not None and fault.kind is FaultKind.HTTP_500:
-        return _json(wire.error_body(500, "InternalServerError", _INTERNAL, None), 500,
+        return json_answer(wire.error_body(500, "InternalServerError", _INTERNAL, None), 500,
                      wire.json_headers)
     job = parsed.job
     assert isinstance(body, dict)
     head = ResponseHead(wire.response_id(draw, parsed.response_id), int(time.time()),
                         job.model, parsed.echo, body)
     prefix = agent.thinking_off_prefix if job.spec.mode is Mode.NO_THINK else ""
-    run = AgentRun(node, request, job, fault, trace, wire.stream_headers, wire.json_headers)
+    run = EventRun(node, request, job, fault, trace, wire.stream_headers, wire.json_headers)
     if job.stream:
         stream = ResponsesStream(wire, head, draw, include_reasoning=parsed.include_reasoning,
                                  leading_text=prefix)
@@ -273,12 +239,12 @@ async def responses_route(request: web.Request) -> web.StreamResponse:
     if not isinstance(result, Whole):
         return result
     if result.failed:
-        return _json(wire.error_body(500, "InternalServerError", _INTERNAL, None), 500,
+        return json_answer(wire.error_body(500, "InternalServerError", _INTERNAL, None), 500,
                      wire.json_headers)
     content = (prefix + result.content) if result.content else result.content
     reasoning = result.reasoning if parsed.include_reasoning else ""
     usage = ResponseUsage(job.prompt_tokens, result.completion_tokens, result.reasoning_tokens)
-    return _json(wire.body(head, result.finish_reason, reasoning or None, content or None,
+    return json_answer(wire.body(head, result.finish_reason, reasoning or None, content or None,
                            usage, draw, int(time.time())), 200, wire.json_headers)
 
 
@@ -288,7 +254,7 @@ async def response_by_id_route(request: web.Request) -> web.Response:
     wire = request.app[AGENT_KEY].responses
     assert wire is not None
     err = not_found(request.match_info["response_id"])
-    return _json(wire.error_body(err.status, err.err_type, err.message, err.param), 404,
+    return json_answer(wire.error_body(err.status, err.err_type, err.message, err.param), 404,
                  wire.json_headers)
 
 

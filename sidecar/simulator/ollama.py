@@ -30,9 +30,10 @@ from sidecar.simulator.engine.faults import FaultHeaderError, FaultKind, parse_f
 from sidecar.simulator.engine.generation import Channel, Token, generate
 from sidecar.simulator.engine.job import Job
 from sidecar.simulator.engine.tokenizer import token_id, tokenize
-from sidecar.simulator.node import NODE_KEY
+from sidecar.simulator.node.metrics import Accounting
+from sidecar.simulator.node.pacing import Pacer
+from sidecar.simulator.node.state import NODE_KEY
 from sidecar.simulator.requests import parse_chat
-from sidecar.simulator.runtime import Accounting, Pacer
 
 OLLAMA_VERSION = "0.33.0-rc2"
 NDJSON_HEADERS = {"Content-Type": "application/x-ndjson"}
@@ -118,7 +119,7 @@ class _NativeRun:
         resp.enable_chunked_encoding()
         await resp.prepare(self.request)
         pacer = Pacer(self.request, self.node.config.tokens_per_second)
-        accounting = Accounting(self.node, self.job.model)
+        accounting = Accounting(self.node.metrics, self.job.model)
         accounting.start(self.job)
         sent = 0
         gone = False
@@ -151,7 +152,7 @@ class _NativeRun:
 
     async def whole(self) -> web.StreamResponse:
         pacer = Pacer(self.request, self.node.config.tokens_per_second)
-        accounting = Accounting(self.node, self.job.model)
+        accounting = Accounting(self.node.metrics, self.job.model)
         accounting.start(self.job)
         texts: dict[Channel, list[str]] = {Channel.REASONING: [], Channel.CONTENT: []}
         last: Token | None = None

@@ -31,6 +31,7 @@ import orjson
 from sidecar.simulator.common.draw import Draw
 from sidecar.simulator.common.sse import sse
 from sidecar.simulator.engine.generation import Channel
+from sidecar.simulator.engine.job import Timings
 
 _KINDS = {Channel.REASONING: "reasoning", Channel.CONTENT: "message"}
 Event = tuple[str, dict[str, Any]]
@@ -54,14 +55,6 @@ class ResponseUsage:
     input_tokens: int
     output_tokens: int
     reasoning_tokens: int
-
-
-@dataclass(frozen=True, slots=True)
-class Timings:
-    """llama.cpp's ``timings``: milliseconds spent on the prompt and on generation."""
-
-    prompt_ms: float
-    predicted_ms: float
 
 
 @dataclass(slots=True)

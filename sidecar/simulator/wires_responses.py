@@ -27,13 +27,13 @@ import orjson
 from sidecar.simulator.common import gojson
 from sidecar.simulator.common.draw import Draw
 from sidecar.simulator.common.sse import sse
+from sidecar.simulator.engine.job import Timings
 from sidecar.simulator.wire_responses import (
     Event,
     Item,
     ResponseHead,
     ResponsesWire,
     ResponseUsage,
-    Timings,
     VllmResponses,
 )
 

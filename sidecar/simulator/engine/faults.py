@@ -17,6 +17,14 @@ AFTER_HEADER = "X-Sim-Fault-After"
 DELAY_HEADER = "X-Sim-Fault-Delay"
 DEFAULT_AFTER = 5
 DEFAULT_DELAY = 5.0
+#: What ``invalid-sse`` sends after a 200: a cut chunk, an HTML page, bytes that are not
+#: UTF-8, and an event that is not JSON.
+INVALID_SSE = (
+    b'data: {"id":"chatcmpl-garbage","object":"chat.completion.chunk","choices":[{"ind\n\n'
+    b"<html><body>502 Bad Gateway</body></html>\n"
+    b"\xff\xfe\x00not an event stream\r\n\r\n"
+    b"data: {not json at all}\n\n"
+)
 
 
 class FaultKind(enum.Enum):

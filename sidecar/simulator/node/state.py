@@ -1,18 +1,21 @@
-"""State shared by all requests of one simulated node, and response helpers."""
+"""State shared by all requests of one simulated node, and the helpers every route uses
+to read a body and answer JSON."""
 
 from __future__ import annotations
 
 import random
+import string
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+import orjson
 from aiohttp import web
 
 from sidecar.simulator.common.errors import ApiError
 from sidecar.simulator.config import SimulatorConfig
 from sidecar.simulator.engine.behaviours import Behaviours
 from sidecar.simulator.engine.job import Job
-from sidecar.simulator.metrics import SimMetrics
+from sidecar.simulator.node.metrics import SimMetrics
 from sidecar.simulator.wire import Vllm032Wire, WireDialect
 from sidecar.simulator.wires import request_body
 
@@ -24,6 +27,9 @@ SSE_HEADERS = {
     "vary": "Origin",
 }
 JSON_HEADERS = {**BASE_HEADERS, "content-type": "application/json"}
+#: Picks the trace ``sim-replay`` streams (an index or an id of the replay file).
+TRACE_HEADER = "X-Sim-Trace"
+_ALNUM = string.ascii_letters + string.digits
 
 
 class ClientGoneError(Exception):
@@ -53,7 +59,34 @@ class Node:
         return f"{prefix}-{given}" if given else f"{prefix}-{self.rng.getrandbits(64):016x}"
 
 
+class RngDraw:
+    """Ids and signatures from the node's seeded generator (reproducible runs)."""
+
+    __slots__ = ("_rng",)
+
+    def __init__(self, rng: random.Random) -> None:
+        self._rng = rng
+
+    def hex(self, digits: int) -> str:
+        return f"{self._rng.getrandbits(4 * digits):0{digits}x}"
+
+    def alnum(self, length: int) -> str:
+        return "".join(self._rng.choice(_ALNUM) for _ in range(length))
+
+    def number(self, below: int) -> int:
+        return self._rng.randrange(below)
+
+
 NODE_KEY = web.AppKey("sim_node", Node)
+
+
+async def read_json(request: web.Request) -> object:
+    """The request's JSON body (:class:`ApiError` 400 when it does not parse)."""
+    raw = await request.read()
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise ApiError(400, f"JSON decode error: {exc}") from None
 
 
 def json_response(body: bytes, status: int = 200,

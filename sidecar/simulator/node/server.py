@@ -11,9 +11,9 @@ from aiohttp import web
 from sidecar.simulator.agent_routes import add_agent_routes
 from sidecar.simulator.config import SimulatorConfig
 from sidecar.simulator.engine.behaviours import Behaviours
-from sidecar.simulator.metrics import SimMetrics
-from sidecar.simulator.node import NODE_KEY, VLLM_VERSION, Node
-from sidecar.simulator.routes import (
+from sidecar.simulator.node.chunk_run import chat_route, completions_route
+from sidecar.simulator.node.metrics import SimMetrics
+from sidecar.simulator.node.plain_routes import (
     add_dialect_routes,
     embeddings_route,
     health_route,
@@ -21,7 +21,7 @@ from sidecar.simulator.routes import (
     models_route,
     tokenize_route,
 )
-from sidecar.simulator.streaming import chat_route, completions_route
+from sidecar.simulator.node.state import NODE_KEY, VLLM_VERSION, Node
 from sidecar.simulator.wire import Vllm032Wire, WireDialect
 from sidecar.simulator.wires import LlamaCppWire, OllamaOpenAIWire, SglangWire
 

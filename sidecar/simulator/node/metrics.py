@@ -1,4 +1,5 @@
-"""Prometheus metrics of the simulated node, with vLLM 0.32's names and semantics.
+"""Prometheus metrics of the simulated node, with vLLM 0.32's names and semantics, and the
+bookkeeping of one request on them (:class:`Accounting`).
 
 One :class:`SimMetrics` per app, each with its own registry (tests build many apps).
 vLLM semantics kept: a request that the client abandons is not counted in
@@ -12,6 +13,9 @@ from collections.abc import Iterable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+from sidecar.simulator.engine.generation import Token
+from sidecar.simulator.engine.job import Job
 
 ENGINE = "0"
 FINISHED_REASONS = ("stop", "length", "abort", "error", "repetition")
@@ -77,3 +81,46 @@ class SimMetrics:
     def exposition(self) -> bytes:
         """The Prometheus text exposition of this node."""
         return generate_latest(self.registry)
+
+
+class Accounting:
+    """Running/finished bookkeeping of one request on the node's metrics."""
+
+    __slots__ = ("_generated", "_running", "active", "metrics", "model")
+
+    def __init__(self, metrics: SimMetrics, model: str) -> None:
+        self.metrics = metrics
+        self.model = model
+        self.active = 0
+        # Resolved once: the per-token path must not look labels up.
+        self._generated = metrics.generation_tokens.labels(model, ENGINE)
+        self._running = metrics.running.labels(model, ENGINE)
+
+    def start(self, job: Job) -> None:
+        m = self.metrics
+        m.requests.labels(job.model, "on" if job.thinking else "off").inc()
+        m.prompt_tokens.labels(self.model, ENGINE).inc(job.prompt_tokens * job.n)
+        self._running.inc(job.n)
+        self.active = job.n
+
+    def token(self, token: Token) -> None:
+        self._generated.inc()
+        if token.finish_reason is not None:
+            self.metrics.request_success.labels(self.model, ENGINE, token.finish_reason).inc()
+            self._running.dec()
+            self.active -= 1
+
+    def fail(self) -> None:
+        """The engine errored: every unfinished choice ends with ``error``."""
+        if self.active:
+            m = self.metrics
+            m.request_success.labels(self.model, ENGINE, "error").inc(self.active)
+            self._running.dec(self.active)
+            self.active = 0
+
+    def end(self, *, disconnected: bool) -> None:
+        if self.active:
+            self._running.dec(self.active)
+            self.active = 0
+        if disconnected:
+            self.metrics.disconnected.inc()

@@ -17,23 +17,16 @@ from aiohttp import web
 from sidecar.simulator import ollama
 from sidecar.simulator.common.errors import ApiError
 from sidecar.simulator.engine.tokenizer import message_text, render_chat, token_id, tokenize
-from sidecar.simulator.node import (
+from sidecar.simulator.node.state import (
     BASE_HEADERS,
     JSON_HEADERS,
     NODE_KEY,
     Node,
     error_response,
     json_response,
+    read_json,
 )
 from sidecar.simulator.wires import LlamaCppWire
-
-
-async def read_json(request: web.Request) -> object:
-    raw = await request.read()
-    try:
-        return orjson.loads(raw)
-    except orjson.JSONDecodeError as exc:
-        raise ApiError(400, f"JSON decode error: {exc}") from None
 
 
 async def health_route(request: web.Request) -> web.Response:

@@ -1,7 +1,8 @@
-"""The engine behind the simulated node's agent APIs: one generation served as a stream
-of an API's events or run to its end, with the chat route's scripts, pacing, metrics,
-faults and disconnect checks. It awaits and writes to the client; what the bytes are is
-decided by a :class:`Sink` (pure encoders underneath).
+"""One generation served as a stream of an API's named events (the agent APIs), or run to
+its end, with the chat route's scripts, pacing, metrics, faults and disconnect checks; and
+the steps such routes share before it (fault header, body, replay trace). It awaits and
+writes to the client; what the bytes are is decided by a :class:`Sink` (pure encoders
+underneath).
 
 A client that goes away is noticed within one pacing slice (at most 0.05 s), as on chat:
 the transport is checked before every write and at every engine step.
@@ -10,46 +11,32 @@ the transport is checked before every write and at every engine step.
 from __future__ import annotations
 
 import asyncio
-import random
-import string
 import time
 from collections.abc import Awaitable, Iterator
 from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
+import orjson
 from aiohttp import web
 
-from sidecar.simulator.common.errors import ClientGoneError
+from sidecar.simulator.common.errors import ApiError, ClientGoneError
+from sidecar.simulator.common.validation import BodyValidationError, FieldError
 from sidecar.simulator.engine.behaviours import Trace
-from sidecar.simulator.engine.faults import Fault, FaultKind
+from sidecar.simulator.engine.faults import (
+    INVALID_SSE,
+    Fault,
+    FaultHeaderError,
+    FaultKind,
+    parse_fault,
+)
 from sidecar.simulator.engine.generation import Channel, Mode, Token, generate
-from sidecar.simulator.engine.job import Job
-from sidecar.simulator.node import Node
-from sidecar.simulator.runtime import Accounting, Pacer, client_gone, wait_or_gone
-from sidecar.simulator.streaming import _INVALID_SSE
-from sidecar.simulator.wire_responses import Timings
+from sidecar.simulator.engine.job import Job, Timings
+from sidecar.simulator.node.metrics import Accounting
+from sidecar.simulator.node.pacing import Pacer, client_gone, wait_or_gone
+from sidecar.simulator.node.state import TRACE_HEADER, Node
 
 _T = TypeVar("_T")
 _THINKING_MODES = (Mode.THINK, Mode.THINK_PREFILLED)
-_ALNUM = string.ascii_letters + string.digits
-
-
-class RngDraw:
-    """Ids and signatures from the node's seeded generator (reproducible runs)."""
-
-    __slots__ = ("_rng",)
-
-    def __init__(self, rng: random.Random) -> None:
-        self._rng = rng
-
-    def hex(self, digits: int) -> str:
-        return f"{self._rng.getrandbits(4 * digits):0{digits}x}"
-
-    def alnum(self, length: int) -> str:
-        return "".join(self._rng.choice(_ALNUM) for _ in range(length))
-
-    def number(self, below: int) -> int:
-        return self._rng.randrange(below)
 
 
 @dataclass(slots=True)
@@ -65,7 +52,7 @@ class Whole:
 
 
 class Sink(Protocol):
-    """What :class:`AgentRun` needs from an API's encoder (the sinks of ``agent_routes``)."""
+    """What :class:`EventRun` needs from an API's encoder (the sinks of ``agent_routes``)."""
 
     def opening(self, job: Job) -> bytes:
         """Bytes sent as soon as the stream opens."""
@@ -84,7 +71,7 @@ class Sink(Protocol):
         """The bytes of an in-stream failure and whether the connection is then cut."""
 
 
-class AgentRun:
+class EventRun:
     """One agent-API generation being served (one choice; the chat route's engine)."""
 
     def __init__(self, node: Node, request: web.Request, job: Job, fault: Fault | None,
@@ -96,7 +83,7 @@ class AgentRun:
         self.fault = fault
         self.stream_headers = stream_headers
         self.json_headers = json_headers
-        self.accounting = Accounting(node, job.model)
+        self.accounting = Accounting(node.metrics, job.model)
         self.sent = 0
         self.resp: web.StreamResponse | None = None
         script = node.behaviours.script(job.model, key=job.prompt, choice=0, trace=trace)
@@ -167,7 +154,7 @@ class AgentRun:
     async def _stream(self, sink: Sink) -> web.StreamResponse:
         self.resp = await self._open()
         if self._is(FaultKind.INVALID_SSE):
-            await self._write(_INVALID_SSE)
+            await self._write(INVALID_SSE)
             await self.resp.write_eof()
             return self.resp
         await self._write(sink.opening(self.job))
@@ -256,8 +243,55 @@ class AgentRun:
                 break
             await pacer.step()
         if self._is(FaultKind.INVALID_SSE):
-            return web.Response(status=200, body=_INVALID_SSE, headers=self.json_headers)
+            return web.Response(status=200, body=INVALID_SSE, headers=self.json_headers)
         return Whole("".join(texts[Channel.REASONING]), "".join(texts[Channel.CONTENT]),
                       last.finish_reason if last else None,
                       last.completion_tokens if last else 0,
                       last.reasoning_tokens if last else 0)
+
+
+# ------------------------------------------------------------- what the routes share
+
+
+def json_answer(body: bytes, status: int, headers: dict[str, str]) -> web.Response:
+    """A JSON body with the given status and headers."""
+    return web.Response(status=status, body=body, headers=headers)
+
+
+async def read_body(request: web.Request) -> object:
+    """The JSON body (:class:`BodyValidationError` when it does not parse, as vLLM's
+    request models report it)."""
+    raw = await request.read()
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        # ⚠ vLLM reports pydantic's json_invalid with the parser's position; not modelled.
+        raise BodyValidationError([FieldError("json_invalid", "body", "JSON decode error",
+                                              {}, {"error": str(exc)})]) from None
+
+
+def replay_trace(node: Node, request: web.Request, model: str) -> Trace | None:
+    """The replay trace ``X-Sim-Trace`` picks for ``sim-replay`` (raises :class:`ApiError`)."""
+    selector = request.headers.get(TRACE_HEADER)
+    if selector is None or node.behaviours.resolve(model) != "sim-replay":
+        return None
+    try:
+        return node.behaviours.replay_trace(selector)
+    except LookupError as exc:
+        raise ApiError(404, str(exc), "NotFoundError", TRACE_HEADER) from None
+
+
+def fault_of(request: web.Request) -> Fault | None:
+    """The request's fault (raises :class:`ApiError` for a header it cannot read)."""
+    try:
+        return parse_fault(request.headers)
+    except FaultHeaderError as exc:
+        raise ApiError(400, str(exc), param="X-Sim-Fault") from None
+
+
+async def reset(request: web.Request) -> web.Response:
+    """``reset-before-headers``: read the body, then cut the connection unanswered."""
+    await request.read()
+    if request.transport is not None:
+        request.transport.abort()
+    return web.Response(status=499)

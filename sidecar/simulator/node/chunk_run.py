@@ -16,23 +16,30 @@ from aiohttp import web
 
 from sidecar.simulator.common.errors import ApiError, ClientGoneError
 from sidecar.simulator.engine.behaviours import Trace
-from sidecar.simulator.engine.faults import Fault, FaultHeaderError, FaultKind, parse_fault
+from sidecar.simulator.engine.faults import (
+    INVALID_SSE,
+    Fault,
+    FaultHeaderError,
+    FaultKind,
+    parse_fault,
+)
 from sidecar.simulator.engine.generation import Channel, Mode, Script, Token, generate, interleave
 from sidecar.simulator.engine.job import Job
-from sidecar.simulator.node import JSON_HEADERS, NODE_KEY, Node, error_response, json_response
+from sidecar.simulator.node.metrics import Accounting
+from sidecar.simulator.node.pacing import Pacer, client_gone, wait_or_gone
+from sidecar.simulator.node.state import (
+    JSON_HEADERS,
+    NODE_KEY,
+    TRACE_HEADER,
+    Node,
+    error_response,
+    json_response,
+    read_json,
+)
 from sidecar.simulator.requests import parse_chat, parse_completion
-from sidecar.simulator.routes import read_json
-from sidecar.simulator.runtime import Accounting, Pacer, client_gone, wait_or_gone
 from sidecar.simulator.wire import ChoiceResult, StreamIdentity, Usage
 
-TRACE_HEADER = "X-Sim-Trace"
 _THINKING_MODES = (Mode.THINK, Mode.THINK_PREFILLED)
-_INVALID_SSE = (
-    b'data: {"id":"chatcmpl-garbage","object":"chat.completion.chunk","choices":[{"ind\n\n'
-    b"<html><body>502 Bad Gateway</body></html>\n"
-    b"\xff\xfe\x00not an event stream\r\n\r\n"
-    b"data: {not json at all}\n\n"
-)
 
 
 async def chat_route(request: web.Request) -> web.StreamResponse:
@@ -117,7 +124,7 @@ class _Run:
         self.fault = fault
         self.stall_after = stall_after
         self.chat = chat
-        self.accounting = Accounting(node, job.model)
+        self.accounting = Accounting(node.metrics, job.model)
         self.sent = 0  # token chunks sent (or, non-streaming, tokens generated)
         self.roled: set[int] = set()  # choices whose first delta carried the role
         # The text a thinking-off answer starts with (llama.cpp), until each choice has it.
@@ -252,7 +259,7 @@ class _Run:
         job, wire, node = self.job, self.node.wire, self.node
         if self._fault(FaultKind.INVALID_SSE):
             self.resp = await self._open()
-            await self._write(_INVALID_SSE)
+            await self._write(INVALID_SSE)
             await self.resp.write_eof()
             return self.resp
         self.resp = await self._open()
@@ -326,7 +333,7 @@ class _Run:
                         break
             await pacer.step()
         if self._fault(FaultKind.INVALID_SSE):
-            return web.Response(status=200, body=_INVALID_SSE, headers=JSON_HEADERS)
+            return web.Response(status=200, body=INVALID_SSE, headers=JSON_HEADERS)
         results = []
         for index in range(job.n):
             token = last[index]
