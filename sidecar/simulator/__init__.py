@@ -2,7 +2,7 @@
 
 Byte-true to the captures in ``tests/data/captures/vllm-0.32.0`` (chat, completions) and
 ``tests/data/captures/vllm-0.32.0-agent-apis`` (Anthropic ``/v1/messages``, OpenAI
-``/v1/responses``: :mod:`~sidecar.simulator.agent_routes`); the model name picks a
+``/v1/responses``); it also speaks as llama.cpp, SGLang and Ollama. The model name picks a
 behaviour (``sim-healthy``, ``sim-loop``, …) and ``X-Sim-Fault`` injects faults.
 """
 

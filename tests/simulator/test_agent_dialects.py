@@ -2,7 +2,7 @@
 
 llama.cpp is byte-checked against its captures in test_agent_captures.py; here, what the
 captures do not show, and the official SDKs reading each dialect. Ollama and SGLang follow
-their documented source only (see sidecar/simulator/wire_messages.py, wire_responses.py).
+their documented source only (see sidecar/simulator/messages/servers.py, responses/servers.py).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from aiohttp.test_utils import TestClient
 
 from sidecar.simulator.common import gojson
 from sidecar.simulator.engine.behaviours import FIX_ANSWER, LOOP_TOKENS
-from sidecar.simulator.messages_request import check_messages, messages_thinking
+from sidecar.simulator.messages.request import check_messages, messages_thinking
 from tests.simulator.conftest import SimFactory
 
 HELLO: list[Any] = [{"role": "user", "content": "Hello"}]

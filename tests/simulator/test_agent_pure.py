@@ -13,19 +13,17 @@ from hypothesis import strategies as st
 
 from sidecar.simulator.engine.behaviours import Behaviours, load_traces
 from sidecar.simulator.engine.generation import Channel
-from sidecar.simulator.wire_messages import MessagesStream, VllmMessages
-from sidecar.simulator.wire_responses import (
-    ResponseHead,
-    ResponsesStream,
-    ResponseUsage,
-    Timings,
-    VllmResponses,
-)
-from sidecar.simulator.wires_messages import SglangMessages
+from sidecar.simulator.engine.job import Timings
+from sidecar.simulator.messages.servers import SglangMessages
+from sidecar.simulator.messages.stream import MessagesStream
+from sidecar.simulator.messages.vllm import VllmMessages
+from sidecar.simulator.responses.stream import ResponseHead, ResponsesStream, ResponseUsage
+from sidecar.simulator.responses.vllm import VllmResponses
 
 PURE = ("common/validation", "common/thinking", "common/errors", "common/sse", "common/draw",
-        "common/gojson", "messages_request", "responses_request", "wire_messages",
-        "wire_responses", "wires_messages", "wires_responses")
+        "common/gojson", "messages/request", "messages/stream", "messages/vllm",
+        "messages/servers", "responses/request", "responses/stream", "responses/vllm",
+        "responses/servers")
 SIMULATOR = Path(__file__).parent.parent.parent / "sidecar" / "simulator"
 
 

@@ -67,3 +67,10 @@ def thinking_on(switch: Switches, kwargs: Mapping[str, Any] | None,
     if effort is not None:
         chat_like["reasoning_effort"] = effort
     return thinking_enabled(chat_like)
+
+
+def thinking_off_prefix(dialect: str) -> str:
+    """Text a server puts before the answer when the template pre-filled an empty think
+    block: llama.cpp's parser hands the block's trailing ``"\\n\\n"`` to the answer
+    (captured); the others put nothing."""
+    return "\n\n" if dialect == "llamacpp" else ""

@@ -1,11 +1,18 @@
 """One generation served as a stream of an API's named events (the agent APIs), or run to
-its end, with the chat route's scripts, pacing, metrics, faults and disconnect checks; and
-the steps such routes share before it (fault header, body, replay trace). It awaits and
-writes to the client; what the bytes are is decided by a :class:`Sink` (pure encoders
-underneath).
+its end; and the steps such routes share before it (fault header, body, replay trace). It
+awaits and writes to the client; what the bytes are is decided by a :class:`Sink` (pure
+encoders underneath).
 
-A client that goes away is noticed within one pacing slice (at most 0.05 s), as on chat:
-the transport is checked before every write and at every engine step.
+Generation is the chat route's: the same scripted ``sim-*`` models, thinking switches,
+budgets, pacing and metrics (``vllm:num_requests_running``, ``generation_tokens_total``,
+``request_success_total`` count these requests), and the same disconnect bound: the
+transport is checked before every write and at every engine step (at most 0.05 s apart),
+so a client that goes away stops generation and is counted in
+``sim:disconnected_requests_total``, not as a success.
+
+Faults (``X-Sim-Fault``) mean here what they mean on chat: ``error-mid-stream`` ends the
+stream the way the API's sink says, ``no-done`` leaves out the stream's last event, and
+counts (``X-Sim-Fault-After``) are text events.
 """
 
 from __future__ import annotations
@@ -52,7 +59,8 @@ class Whole:
 
 
 class Sink(Protocol):
-    """What :class:`EventRun` needs from an API's encoder (the sinks of ``agent_routes``)."""
+    """What :class:`EventRun` needs from an API's encoder (each agent API's routes have
+    one)."""
 
     def opening(self, job: Job) -> bytes:
         """Bytes sent as soon as the stream opens."""

@@ -8,9 +8,9 @@ import zlib
 
 from aiohttp import web
 
-from sidecar.simulator.agent_routes import add_agent_routes
 from sidecar.simulator.config import SimulatorConfig
 from sidecar.simulator.engine.behaviours import Behaviours
+from sidecar.simulator.messages import routes as messages_routes
 from sidecar.simulator.node.chunk_run import chat_route, completions_route
 from sidecar.simulator.node.metrics import SimMetrics
 from sidecar.simulator.node.plain_routes import (
@@ -22,6 +22,7 @@ from sidecar.simulator.node.plain_routes import (
     tokenize_route,
 )
 from sidecar.simulator.node.state import NODE_KEY, VLLM_VERSION, Node
+from sidecar.simulator.responses import routes as responses_routes
 from sidecar.simulator.wire import Vllm032Wire, WireDialect
 from sidecar.simulator.wires import LlamaCppWire, OllamaOpenAIWire, SglangWire
 
@@ -59,7 +60,8 @@ def make_simulator_app(config: SimulatorConfig) -> web.Application:
     app.router.add_post("/tokenize", tokenize_route)
     app.router.add_post("/v1/embeddings", embeddings_route)
     add_dialect_routes(app, config.dialect)
-    add_agent_routes(app, config.dialect)
+    messages_routes.add_routes(app, config.dialect)
+    responses_routes.add_routes(app, config.dialect)
     return app
 
 

@@ -1,5 +1,5 @@
 """OpenAI Responses API encoders of the other simulated servers (vLLM's is in
-:mod:`~sidecar.simulator.wire_responses`, with the shared state machine). Pure.
+:mod:`.vllm`, the state machine they share in :mod:`.stream`). Pure.
 
 - :class:`LlamaCppResponses` (``llama-server``): **verified against real bytes**
   (``tests/data/captures/llama.cpp-agent-apis``) for a reasoning stream, a text stream and
@@ -28,14 +28,14 @@ from sidecar.simulator.common import gojson
 from sidecar.simulator.common.draw import Draw
 from sidecar.simulator.common.sse import sse
 from sidecar.simulator.engine.job import Timings
-from sidecar.simulator.wire_responses import (
+from sidecar.simulator.responses.stream import (
     Event,
     Item,
     ResponseHead,
     ResponsesWire,
     ResponseUsage,
-    VllmResponses,
 )
+from sidecar.simulator.responses.vllm import VllmResponses
 
 
 def _per(total: float, count: int) -> tuple[float, float]:

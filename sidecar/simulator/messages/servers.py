@@ -1,5 +1,5 @@
 """Anthropic Messages API encoders of the other simulated servers (vLLM's is in
-:mod:`~sidecar.simulator.wire_messages`, with the shared state machine). Pure.
+:mod:`.vllm`, the state machine they share in :mod:`.stream`). Pure.
 
 - :class:`LlamaCppMessages` (``llama-server``): **verified against real bytes**
   (``tests/data/captures/llama.cpp-agent-apis``) for thinking and text streams and the
@@ -26,7 +26,8 @@ from typing import Any
 
 from sidecar.simulator.common import gojson
 from sidecar.simulator.common.draw import Draw
-from sidecar.simulator.wire_messages import MessagesWire, VllmMessages, stop_reason
+from sidecar.simulator.messages.stream import MessagesWire, stop_reason
+from sidecar.simulator.messages.vllm import VllmMessages
 
 
 class LlamaCppMessages(MessagesWire):
