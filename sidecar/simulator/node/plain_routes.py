@@ -14,7 +14,6 @@ from collections.abc import Awaitable, Callable, Mapping
 import orjson
 from aiohttp import web
 
-from sidecar.simulator import ollama
 from sidecar.simulator.common.errors import ApiError
 from sidecar.simulator.engine.tokenizer import message_text, render_chat, token_id, tokenize
 from sidecar.simulator.node.state import (
@@ -151,9 +150,9 @@ async def embeddings_route(request: web.Request) -> web.Response:
 
 
 def add_dialect_routes(app: web.Application, dialect: str) -> None:
-    """The routes by which each server is recognised (``sidecar.dialects.detect``), and
-    Ollama's native API. ⚠ The bodies of ``/props`` and ``/get_model_info`` carry only
-    a few of the real servers' fields."""
+    """The routes by which each server is recognised (``sidecar.dialects.detect``; Ollama's
+    are its native API's, served by :mod:`sidecar.simulator.ollama`). ⚠ The bodies of
+    ``/props`` and ``/get_model_info`` carry only a few of the real servers' fields."""
     if dialect == "vllm":
         app.router.add_get("/version", _json_route({"version": "0.32.0"}))
     elif dialect == "llamacpp":
@@ -165,11 +164,6 @@ def add_dialect_routes(app: web.Application, dialect: str) -> None:
     elif dialect == "sglang":
         app.router.add_get("/get_model_info", _json_route({
             "model_path": "sim-qwen3", "tokenizer_path": "sim-qwen3", "is_generation": True}))
-    elif dialect == "ollama":
-        app.router.add_get("/api/version", ollama.version_route)
-        app.router.add_get("/api/tags", ollama.tags_route)
-        app.router.add_post("/api/chat", ollama.chat_route)
-        app.router.add_post("/api/generate", ollama.generate_route)
 
 
 def _json_route(obj: object, headers: Mapping[str, str] = JSON_HEADERS,

@@ -22,6 +22,7 @@ from sidecar.simulator.node.plain_routes import (
     tokenize_route,
 )
 from sidecar.simulator.node.state import NODE_KEY, VLLM_VERSION, Node
+from sidecar.simulator.ollama import routes as ollama_routes
 from sidecar.simulator.responses import routes as responses_routes
 from sidecar.simulator.wire import Vllm032Wire, WireDialect
 from sidecar.simulator.wires import LlamaCppWire, OllamaOpenAIWire, SglangWire
@@ -60,6 +61,7 @@ def make_simulator_app(config: SimulatorConfig) -> web.Application:
     app.router.add_post("/tokenize", tokenize_route)
     app.router.add_post("/v1/embeddings", embeddings_route)
     add_dialect_routes(app, config.dialect)
+    ollama_routes.add_routes(app, config.dialect)
     messages_routes.add_routes(app, config.dialect)
     responses_routes.add_routes(app, config.dialect)
     return app
