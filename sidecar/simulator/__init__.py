@@ -6,7 +6,7 @@ Byte-true to the captures in ``tests/data/captures/vllm-0.32.0`` (chat, completi
 behaviour (``sim-healthy``, ``sim-loop``, …) and ``X-Sim-Fault`` injects faults.
 """
 
+from sidecar.simulator.app import make_simulator_app, run_simulator
 from sidecar.simulator.config import SimulatorConfig
-from sidecar.simulator.node.server import make_simulator_app, run_simulator
 
 __all__ = ["SimulatorConfig", "make_simulator_app", "run_simulator"]

@@ -8,6 +8,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from sidecar.simulator.chat.vllm import VllmChat
+from sidecar.simulator.common.openai_wire import OpenAIServer, StreamIdentity, Usage
 from sidecar.simulator.common.thinking import thinking_enabled
 from sidecar.simulator.engine.behaviours import LOOP_TOKENS, Behaviours, load_traces, split_trace
 from sidecar.simulator.engine.faults import Fault, FaultHeaderError, FaultKind, parse_fault
@@ -26,7 +28,6 @@ from sidecar.simulator.engine.tokenizer import (
     token_id,
     tokenize,
 )
-from sidecar.simulator.wire import StreamIdentity, Usage, Vllm032Wire
 
 IDENT = StreamIdentity("chatcmpl-x", 1, "m")
 
@@ -141,8 +142,8 @@ def test_interleave_matches_captured_n2_order() -> None:
 
 def test_wire_chat_chunks_exact_bytes() -> None:
     """The encoder writes vLLM's key order and explicit nulls."""
-    wire = Vllm032Wire()
-    chunk = wire.chat_delta_chunk(
+    wire = VllmChat()
+    chunk = wire.delta_chunk(
         IDENT,
         0,
         {"reasoning": " Hmm"},
@@ -156,17 +157,17 @@ def test_wire_chat_chunks_exact_bytes() -> None:
         b'"choices":[{"index":0,"delta":{"reasoning":" Hmm"},"logprobs":null,'
         b'"finish_reason":null,"token_ids":null}]}\n\n'
     )
-    usage = wire.chat_usage_chunk(IDENT, Usage(9, 3, 2), "fp")
+    usage = wire.usage_chunk(IDENT, Usage(9, 3, 2), "fp")
     assert usage.endswith(
         b'"choices":[],"usage":{"prompt_tokens":9,"total_tokens":12,"completion_tokens":3,'
         b'"completion_tokens_details":{"reasoning_tokens":2}},"system_fingerprint":"fp"}\n\n'
     )
-    assert wire.done() == b"data: [DONE]\n\n"
+    assert OpenAIServer().done() == b"data: [DONE]\n\n"
 
 
 def test_wire_keeps_non_ascii_raw() -> None:
     """Hangul goes out as UTF-8, not as \\u escapes, like pydantic's JSON."""
-    chunk = Vllm032Wire().chat_delta_chunk(
+    chunk = VllmChat().delta_chunk(
         IDENT,
         0,
         {"content": "잠"},

@@ -1,4 +1,8 @@
-"""Serving generation requests of the simulated node: pacing, streaming, faults, disconnects.
+"""One generation request on an OpenAI-style route (chat, completions) served as a stream of
+chunks or as one body: ``n`` choices interleaved as engine steps, pacing, faults and
+disconnects. It awaits and writes to the client; which chunk a token makes is decided by
+the route's :class:`Chunks` (pure encoders underneath), how the server frames, ends and
+words errors by the node's :class:`~sidecar.simulator.common.openai_wire.OpenAIServer`.
 
 A client that goes away is noticed within one pacing slice (at most 0.05 s): the transport
 is checked before every write and at every engine step, and write errors count as a
@@ -10,11 +14,14 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
+from typing import Protocol
 
 from aiohttp import web
 
 from sidecar.simulator.common.errors import ApiError, ClientGoneError
+from sidecar.simulator.common.openai_request import request_body
+from sidecar.simulator.common.openai_wire import ChoiceResult, StreamIdentity, Usage
 from sidecar.simulator.engine.behaviours import Trace
 from sidecar.simulator.engine.faults import (
     INVALID_SSE,
@@ -36,18 +43,42 @@ from sidecar.simulator.node.state import (
     json_response,
     read_json,
 )
-from sidecar.simulator.requests import parse_chat, parse_completion
-from sidecar.simulator.wire import ChoiceResult, StreamIdentity, Usage
 
 _THINKING_MODES = (Mode.THINK, Mode.THINK_PREFILLED)
 
 
-async def chat_route(request: web.Request) -> web.StreamResponse:
-    return await _generate(request, chat=True)
+class Parse(Protocol):
+    """An OpenAI-style route's request reader (raises :class:`ApiError`)."""
+
+    def __call__(self, body: object, *, known: tuple[str, ...], max_model_len: int,
+                 server: str) -> Job: ...
 
 
-async def completions_route(request: web.Request) -> web.StreamResponse:
-    return await _generate(request, chat=False)
+class Chunks(Protocol):
+    """What :class:`ChunkRun` needs from a route's encoder (one per request)."""
+
+    #: Text put before each choice's answer in a whole body.
+    answer_prefix: str
+
+    def role(self, ident: StreamIdentity, index: int, usage: Usage | None) -> bytes | None:
+        """The chunk that opens a choice at the first step (``None``: the route or the
+        server sends none)."""
+
+    def token(self, ident: StreamIdentity, index: int, token: Token,
+              finish_reason: str | None, usage: Usage | None,
+              fingerprint: str | None) -> bytes | None:
+        """The chunk of one token (``None``: the reasoning parser swallows it)."""
+
+    def choice_end(self, ident: StreamIdentity, index: int, finish_reason: str,
+                   usage: Usage, *, include_usage: bool) -> bytes:
+        """The end of one choice, on servers that end choices alone."""
+
+    def usage(self, ident: StreamIdentity, usage: Usage, fingerprint: str) -> bytes:
+        """The trailing usage-only chunk."""
+
+    def whole(self, ident: StreamIdentity, choices: Sequence[ChoiceResult], usage: Usage,
+              fingerprint: str) -> bytes:
+        """A whole non-streaming body."""
 
 
 def _scripts(node: Node, job: Job, trace: Trace | None) -> list[Script]:
@@ -57,7 +88,10 @@ def _scripts(node: Node, job: Job, trace: Trace | None) -> list[Script]:
     ]
 
 
-async def _generate(request: web.Request, *, chat: bool) -> web.StreamResponse:
+async def serve_chunks(request: web.Request, parse: Parse, id_prefix: str,
+                       chunks_for: Callable[[Job], Chunks]) -> web.StreamResponse:
+    """Serve one OpenAI-style request: its fault, body (``parse``), replay trace and run;
+    ``id_prefix`` starts the response id, ``chunks_for`` gives the job's encoder."""
     node = request.app[NODE_KEY]
     try:
         fault = parse_fault(request.headers)
@@ -70,8 +104,7 @@ async def _generate(request: web.Request, *, chat: bool) -> web.StreamResponse:
         # Nothing reaches the client; aiohttp drops a response for an aborted transport.
         return web.Response(status=499)
     try:
-        body = node.dialect_body(await read_json(request))
-        parse = parse_chat if chat else parse_completion
+        body = request_body(node.dialect, await read_json(request))
         job = parse(body, known=node.behaviours.names, max_model_len=node.config.max_model_len,
                     server=node.dialect)
         trace = None
@@ -85,12 +118,8 @@ async def _generate(request: web.Request, *, chat: bool) -> web.StreamResponse:
     if fault is not None and fault.kind is FaultKind.HTTP_500:
         return error_response(node, ApiError(500, "Internal server error", "InternalServerError"))
     scripts = _scripts(node, job, trace)
-    ident = StreamIdentity(
-        node.new_id("chatcmpl" if chat else "cmpl", request, job),
-        int(time.time()),
-        job.model,
-    )
-    run = _Run(
+    ident = StreamIdentity(node.new_id(id_prefix, request, job), int(time.time()), job.model)
+    run = ChunkRun(
         node=node,
         request=request,
         job=job,
@@ -98,13 +127,13 @@ async def _generate(request: web.Request, *, chat: bool) -> web.StreamResponse:
         fault=fault,
         # sim-stall stalls while thinking; with thinking off it answers like the others.
         stall_after=scripts[0].stall_after if job.spec.mode in _THINKING_MODES else None,
-        chat=chat,
+        chunks=chunks_for(job),
     )
     return await run.execute([generate(script, job.spec) for script in scripts])
 
 
-class _Run:
-    """One generation request being served."""
+class ChunkRun:
+    """One OpenAI-style generation request being served."""
 
     def __init__(
         self,
@@ -115,7 +144,7 @@ class _Run:
         ident: StreamIdentity,
         fault: Fault | None,
         stall_after: int | None,
-        chat: bool,
+        chunks: Chunks,
     ) -> None:
         self.node = node
         self.request = request
@@ -123,14 +152,9 @@ class _Run:
         self.ident = ident
         self.fault = fault
         self.stall_after = stall_after
-        self.chat = chat
+        self.chunks = chunks
         self.accounting = Accounting(node.metrics, job.model)
         self.sent = 0  # token chunks sent (or, non-streaming, tokens generated)
-        self.roled: set[int] = set()  # choices whose first delta carried the role
-        # The text a thinking-off answer starts with (llama.cpp), until each choice has it.
-        self.prefix = (node.wire.thinking_off_prefix
-                       if chat and job.spec.mode is Mode.NO_THINK else "")
-        self.prefixed: set[int] = set()
         self.resp: web.StreamResponse | None = None
 
     def _fault(self, kind: FaultKind) -> bool:
@@ -186,11 +210,11 @@ class _Run:
             await wait_or_gone(self.request, None)
         if fault.kind is FaultKind.ERROR_MID_STREAM and self.job.stream:
             self.accounting.fail()
-            wire = self.node.wire
+            server = self.node.server
             await self._write(
-                wire.stream_error("Internal server error", "InternalServerError", 500)
+                server.stream_error("Internal server error", "InternalServerError", 500)
             )
-            tail = wire.done_after_error()
+            tail = server.done_after_error()
             if tail:
                 await self._write(tail)
             return True
@@ -202,61 +226,28 @@ class _Run:
         return Usage(self.job.prompt_tokens, token.completion_tokens, token.reasoning_tokens)
 
     def _chunk(self, index: int, token: Token) -> bytes | None:
-        wire = self.node.wire
-        if token.finish_reason is None or not wire.ends_choices_alone:
+        if token.finish_reason is None or not self.node.server.ends_choices_alone:
             return self._token_chunk(index, token, token.finish_reason)
         # The choice's last token, then its own end (finish, usage, timings).
         text = b""
-        if token.channel is not Channel.SPECIAL or (not self.chat and token.text):
+        if token.channel is not Channel.SPECIAL:
             text = self._token_chunk(index, token, None) or b""
-        end = wire.chat_choice_end if self.chat else wire.completion_choice_end
-        return text + end(self.ident, index, token.finish_reason, self._usage(token),
-                          include_usage=self.job.include_usage)
+        return text + self.chunks.choice_end(self.ident, index, token.finish_reason,
+                                             self._usage(token),
+                                             include_usage=self.job.include_usage)
 
     def _token_chunk(self, index: int, token: Token, finish_reason: str | None) -> bytes | None:
-        job, wire = self.job, self.node.wire
+        job = self.job
         usage = self._usage(token) if job.continuous_usage else None
         fingerprint = (
             self.node.fingerprint
             if finish_reason is not None and not job.include_usage
             else None
         )
-        if not self.chat:
-            return wire.completion_chunk(
-                self.ident,
-                index,
-                token.text,
-                finish_reason=finish_reason,
-                stop_reason=token.stop_reason,
-                usage=usage,
-                fingerprint=fingerprint,
-            )
-        hidden = token.channel is Channel.REASONING and not job.include_reasoning
-        if token.channel is Channel.SPECIAL or hidden:
-            if finish_reason is None:
-                return None  # the parser swallows <think>, </think> (and hidden reasoning)
-            delta: dict[str, str] = dict(wire.eos_delta) if token.channel is Channel.SPECIAL else {}
-        else:
-            text = token.text
-            if self.prefix and token.channel is Channel.CONTENT and index not in self.prefixed:
-                self.prefixed.add(index)
-                text = self.prefix + text
-            delta = {token.channel.value: text}
-        if wire.role_in_first_delta and index not in self.roled:
-            self.roled.add(index)
-            delta = {"role": "assistant", "content": "", **delta}
-        return wire.chat_delta_chunk(
-            self.ident,
-            index,
-            delta,
-            finish_reason=finish_reason,
-            stop_reason=token.stop_reason,
-            usage=usage,
-            fingerprint=fingerprint,
-        )
+        return self.chunks.token(self.ident, index, token, finish_reason, usage, fingerprint)
 
     async def _stream(self, choices: list[Iterator[Token]]) -> web.StreamResponse:
-        job, wire, node = self.job, self.node.wire, self.node
+        job, server, node = self.job, self.node.server, self.node
         if self._fault(FaultKind.INVALID_SSE):
             self.resp = await self._open()
             await self._write(INVALID_SSE)
@@ -269,10 +260,12 @@ class _Run:
         last: dict[int, Token] = {}
         first = True
         for step in interleave(choices):
-            if first and self.chat and not wire.role_in_first_delta:
+            if first:
                 for index in range(job.n):
                     usage = self._usage(None) if job.continuous_usage else None
-                    await self._write(wire.chat_role_chunk(self.ident, index, usage))
+                    role = self.chunks.role(self.ident, index, usage)
+                    if role is not None:
+                        await self._write(role)
             first = False
             for index, token in step:
                 self.accounting.token(token)
@@ -285,21 +278,20 @@ class _Run:
                     await self.resp.write_eof()
                     return self.resp
             await pacer.step()
-        if job.include_usage and not wire.ends_choices_alone:
+        if job.include_usage and not server.ends_choices_alone:
             total = Usage(
                 job.prompt_tokens,
                 sum(t.completion_tokens for t in last.values()),
                 sum(t.reasoning_tokens for t in last.values()),
             )
-            make = wire.chat_usage_chunk if self.chat else wire.completion_usage_chunk
-            await self._write(make(self.ident, total, node.fingerprint))
+            await self._write(self.chunks.usage(self.ident, total, node.fingerprint))
         if not self._fault(FaultKind.NO_DONE):
-            await self._write(wire.done())
+            await self._write(server.done())
         await self.resp.write_eof()
         return self.resp
 
     async def _open(self) -> web.StreamResponse:
-        resp = web.StreamResponse(status=200, headers=self.node.wire.sse_headers)
+        resp = web.StreamResponse(status=200, headers=self.node.server.sse_headers)
         resp.enable_chunked_encoding()
         await resp.prepare(self.request)
         return resp
@@ -339,8 +331,8 @@ class _Run:
             token = last[index]
             reasoning = "".join(texts[index][Channel.REASONING]) if job.include_reasoning else ""
             content = "".join(texts[index][Channel.CONTENT])
-            if content and self.prefix:
-                content = self.prefix + content
+            if content and self.chunks.answer_prefix:
+                content = self.chunks.answer_prefix + content
             results.append(
                 ChoiceResult(
                     index,
@@ -355,6 +347,5 @@ class _Run:
             sum(t.completion_tokens for t in last.values()),
             sum(t.reasoning_tokens for t in last.values()),
         )
-        make = node.wire.chat_response if self.chat else node.wire.completion_response
-        return json_response(make(self.ident, results, usage, node.fingerprint),
-                             headers=node.wire.json_headers)
+        return json_response(self.chunks.whole(self.ident, results, usage, node.fingerprint),
+                             headers=node.server.json_headers)

@@ -15,6 +15,7 @@ import orjson
 from aiohttp import web
 
 from sidecar.simulator.common.errors import ApiError
+from sidecar.simulator.common.openai_wire import LlamaCppServer
 from sidecar.simulator.engine.tokenizer import message_text, render_chat, token_id, tokenize
 from sidecar.simulator.node.state import (
     BASE_HEADERS,
@@ -25,7 +26,6 @@ from sidecar.simulator.node.state import (
     json_response,
     read_json,
 )
-from sidecar.simulator.wires import LlamaCppWire
 
 
 async def health_route(request: web.Request) -> web.Response:
@@ -160,7 +160,7 @@ def add_dialect_routes(app: web.Application, dialect: str) -> None:
             "default_generation_settings": {"n_ctx": 8192, "params": {"reasoning_format":
                                                                        "deepseek"}},
             "total_slots": 1, "model_path": "sim.gguf", "build_info": "b7000-sim"},
-            LlamaCppWire.json_headers))
+            LlamaCppServer.json_headers))
     elif dialect == "sglang":
         app.router.add_get("/get_model_info", _json_route({
             "model_path": "sim-qwen3", "tokenizer_path": "sim-qwen3", "is_generation": True}))

@@ -12,28 +12,18 @@ import orjson
 from aiohttp import web
 
 from sidecar.simulator.common.errors import ApiError
+from sidecar.simulator.common.openai_wire import OpenAIServer
 from sidecar.simulator.config import SimulatorConfig
 from sidecar.simulator.engine.behaviours import Behaviours
 from sidecar.simulator.engine.job import Job
 from sidecar.simulator.node.metrics import SimMetrics
-from sidecar.simulator.wire import Vllm032Wire, WireDialect
-from sidecar.simulator.wires import request_body
 
 VLLM_VERSION = "0.32.0"
 BASE_HEADERS = {"server": "uvicorn"}
-SSE_HEADERS = {
-    **BASE_HEADERS,
-    "content-type": "text/event-stream; charset=utf-8",
-    "vary": "Origin",
-}
 JSON_HEADERS = {**BASE_HEADERS, "content-type": "application/json"}
 #: Picks the trace ``sim-replay`` streams (an index or an id of the replay file).
 TRACE_HEADER = "X-Sim-Trace"
 _ALNUM = string.ascii_letters + string.digits
-
-
-class ClientGoneError(Exception):
-    """The client closed the connection; generation must stop."""
 
 
 @dataclass(slots=True)
@@ -43,14 +33,12 @@ class Node:
     config: SimulatorConfig
     behaviours: Behaviours
     metrics: SimMetrics
-    wire: WireDialect = field(default_factory=Vllm032Wire)
+    #: How the node's server frames, ends and words errors on its OpenAI-style routes
+    #: (the plain routes' errors too).
+    server: OpenAIServer = field(default_factory=OpenAIServer)
     rng: random.Random = field(default_factory=random.Random)
     fingerprint: str = ""
     dialect: str = "vllm"
-
-    def dialect_body(self, body: object) -> object:
-        """The request as the vLLM-shaped validator reads it (see ``wires.request_body``)."""
-        return request_body(self.dialect, body)
 
     def new_id(self, prefix: str, request: web.Request, job: Job | None) -> str:
         """``chatcmpl-…``/``cmpl-…`` from ``X-Request-Id``, the body's ``request_id``, or
@@ -97,5 +85,6 @@ def json_response(body: bytes, status: int = 200,
 
 def error_response(node: Node, err: ApiError) -> web.Response:
     """An OpenAI-style error body with the error's status, in the node's dialect."""
-    body = node.wire.error_body(err.message, err.err_type, err.param, err.status, err.details)
-    return json_response(body, err.status, node.wire.json_headers)
+    body = node.server.error_body(err.message, err.err_type, err.param, err.status,
+                                  err.details)
+    return json_response(body, err.status, node.server.json_headers)

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from sidecar.simulator.chat.request import parse_chat
 from sidecar.simulator.engine.job import Job
-from sidecar.simulator.requests import parse_chat
 
 
 def internal_body(body: dict[str, Any], *, chat: bool) -> dict[str, Any]:

@@ -1,5 +1,7 @@
-"""Request validation of the simulated node: JSON body in, a :class:`Job` or an
-:class:`ApiError` out. Pure; mirrors the checks and the order of vLLM 0.32 where known.
+"""Reading the two OpenAI-style requests (``/v1/chat/completions``, ``/v1/completions``) on
+the simulated node: what both check after their own body checks, in vLLM 0.32's order, and
+how each server's OpenAI layer reads its own fields. Pure: JSON in, a
+:class:`~sidecar.simulator.engine.job.Job` or an :class:`ApiError` out.
 
 The messages of the two captured errors (unknown model, ``max_tokens`` too large) are
 exact; the wording of the other 400s follows vLLM's validators but was not captured.
@@ -15,30 +17,23 @@ from collections.abc import Mapping
 from typing import Any
 
 from sidecar.simulator.common.errors import ApiError
-from sidecar.simulator.common.thinking import thinking_enabled
+from sidecar.simulator.common.openai_wire import CONTEXT_OVERFLOW
 from sidecar.simulator.engine.generation import GenSpec, Mode, RepetitionParams
 from sidecar.simulator.engine.job import Job
-from sidecar.simulator.engine.tokenizer import (
-    message_text,
-    render_chat,
-    think_state_of_prompt,
-    tokenize,
-)
-
-COMPLETIONS_DEFAULT_MAX_TOKENS = 16  # vLLM's CompletionRequest default
-#: llama.cpp's error type for a prompt longer than a slot's context.
-CONTEXT_OVERFLOW = "exceed_context_size_error"
+from sidecar.simulator.engine.tokenizer import tokenize
 
 
-def _bad(message: str, param: str | None = None) -> ApiError:
+def bad(message: str, param: str | None = None) -> ApiError:
+    """A 400 with vLLM's ``BadRequestError`` type."""
     return ApiError(400, message, "BadRequestError", param)
 
 
-def _validation(message: str, param: str, value: object = None) -> ApiError:
+def validation_error(message: str, param: str, value: object = None) -> ApiError:
+    """A 400 worded as vLLM's validators word it: ``(parameter=…, value=…)`` appended."""
     extras = [f"parameter={param}"]
     if value is not None:
         extras.append(f"value={value}")
-    return _bad(f"{message} ({', '.join(extras)})", param)
+    return bad(f"{message} ({', '.join(extras)})", param)
 
 
 def _int_field(body: Mapping[str, Any], name: str) -> int | None:
@@ -46,7 +41,7 @@ def _int_field(body: Mapping[str, Any], name: str) -> int | None:
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int):
-        raise _validation(f"`{name}` must be an integer.", name, value)
+        raise validation_error(f"`{name}` must be an integer.", name, value)
     return value
 
 
@@ -55,12 +50,12 @@ def _repetition(body: Mapping[str, Any]) -> RepetitionParams | None:
     if raw is None:
         return None
     if not isinstance(raw, Mapping):
-        raise _validation("`repetition_detection` must be an object.", "repetition_detection")
+        raise validation_error("`repetition_detection` must be an object.", "repetition_detection")
     values: dict[str, int] = {}
     for key in ("max_pattern_size", "min_pattern_size", "min_count"):
         value = raw.get(key, 0)
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise _validation(f"`{key}` must be a non-negative integer.", key, value)
+            raise validation_error(f"`{key}` must be a non-negative integer.", key, value)
         values[key] = value
     if values["max_pattern_size"] <= 0 or values["min_count"] < 2:
         return None
@@ -72,7 +67,7 @@ def _budget(body: Mapping[str, Any]) -> int | None:
     if budget is None:
         return None
     if isinstance(budget, bool) or not isinstance(budget, int) or budget < -1:
-        raise _validation(
+        raise validation_error(
             "thinking_token_budget must be a non-negative integer or -1.",
             "thinking_token_budget",
             budget,
@@ -80,15 +75,16 @@ def _budget(body: Mapping[str, Any]) -> int | None:
     return None if budget == -1 else budget
 
 
-def _stream_flags(body: Mapping[str, Any]) -> tuple[bool, bool, bool]:
+def stream_flags(body: Mapping[str, Any]) -> tuple[bool, bool, bool]:
+    """``stream``, ``include_usage`` and ``continuous_usage_stats``, checked."""
     stream = body.get("stream") is True
     options = body.get("stream_options")
     if options and not stream:
-        raise _validation(
+        raise validation_error(
             "Stream options can only be defined when `stream=True`.", "stream_options"
         )
     if options is not None and not isinstance(options, Mapping):
-        raise _validation("`stream_options` must be an object.", "stream_options")
+        raise validation_error("`stream_options` must be an object.", "stream_options")
     include = bool(options and options.get("include_usage"))
     continuous = include and bool(options and options.get("continuous_usage_stats"))
     return stream, include, continuous
@@ -120,16 +116,16 @@ def _max_tokens(
     if requested is None:
         requested = default
     if requested is not None and requested > max_model_len:
-        raise _validation(
+        raise validation_error(
             f"max_tokens={requested} cannot be greater than max_model_len={max_model_len}. "
             "Please request fewer output tokens.",
             "max_tokens",
             requested,
         )
     if requested is not None and requested < 1:
-        raise _validation("max_tokens must be at least 1.", "max_tokens", requested)
+        raise validation_error("max_tokens must be at least 1.", "max_tokens", requested)
     if prompt_tokens >= max_model_len:
-        raise _validation(
+        raise validation_error(
             f"This model's maximum context length is {max_model_len} tokens. However, your "
             f"request has {prompt_tokens} input tokens. Please reduce the length of the "
             "input messages.",
@@ -139,7 +135,7 @@ def _max_tokens(
     if requested is None:
         return max_model_len - prompt_tokens
     if prompt_tokens + requested > max_model_len:
-        raise _validation(
+        raise validation_error(
             f"'max_tokens' or 'max_completion_tokens' is too large: {requested}. This "
             f"model's maximum context length is {max_model_len} tokens and your request has "
             f"{prompt_tokens} input tokens ({requested} > {max_model_len} - {prompt_tokens}).",
@@ -154,7 +150,7 @@ def _n(body: Mapping[str, Any]) -> int:
     if n is None:
         return 1
     if not 1 <= n <= 128:
-        raise _validation("n must be between 1 and 128.", "n", n)
+        raise validation_error("n must be between 1 and 128.", "n", n)
     return n
 
 
@@ -173,7 +169,7 @@ def _model(body: Mapping[str, Any], known: tuple[str, ...], server: str = "vllm"
     return model
 
 
-def _job(
+def build_job(
     body: Mapping[str, Any],
     endpoint: str,
     flags: tuple[bool, bool, bool],
@@ -214,77 +210,41 @@ def _job(
     )
 
 
-def parse_chat(body: object, *, known: tuple[str, ...], max_model_len: int,
-               server: str = "vllm") -> Job:
-    """Validate a ``/v1/chat/completions`` body (raises :class:`ApiError`); ``server``:
-    whose checks (see the module docstring)."""
-    if not isinstance(body, Mapping):
-        raise _bad("The request body must be a JSON object.")
-    flags = _stream_flags(body)
-    messages = body.get("messages")
-    if not isinstance(messages, list) or not messages:
-        raise _validation("`messages` must be a non-empty list.", "messages")
-    if not all(isinstance(m, Mapping) for m in messages):
-        raise _validation("Every message must be an object.", "messages")
-    add_prompt = body.get("add_generation_prompt", True) is not False
-    cont = body.get("continue_final_message") is True
-    if add_prompt and cont:
-        raise _bad("Cannot set both `continue_final_message` and `add_generation_prompt` to True.")
-    thinking = thinking_enabled(body)
-    prompt = render_chat(
-        messages, add_generation_prompt=add_prompt, continue_final_message=cont, thinking=thinking
-    )
-    if cont:
-        last = think_state_of_prompt(message_text(messages[-1].get("content")))
-        if not thinking:
-            mode = Mode.NO_THINK
-        elif last == "open":
-            mode = Mode.THINK_PREFILLED
-        else:
-            mode = Mode.CONTINUE
-    else:
-        mode = Mode.THINK if thinking else Mode.NO_THINK
-    return _job(
-        body,
-        "chat",
-        flags,
-        prompt,
-        mode,
-        thinking=thinking,
-        include_reasoning=body.get("include_reasoning", True) is not False,
-        known=known,
-        max_model_len=max_model_len,
-        default_max_tokens=None,
-        server=server,
-    )
+def request_body(dialect: str, body: object) -> object:
+    """A request to a simulated ``dialect`` server, rewritten to the fields the shared
+    (vLLM-shaped) validator reads, so each server honours its own switches only:
 
-
-def parse_completion(body: object, *, known: tuple[str, ...], max_model_len: int,
-                     server: str = "vllm") -> Job:
-    """Validate a ``/v1/completions`` body (raises :class:`ApiError`). Only one prompt
-    string is supported; the raw prompt decides whether the model starts thinking."""
-    if not isinstance(body, Mapping):
-        raise _bad("The request body must be a JSON object.")
-    flags = _stream_flags(body)
-    prompt = body.get("prompt")
-    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
-        prompt = prompt[0]
-    if not isinstance(prompt, str) or prompt == "":
-        raise _validation(
-            "Either prompt or prompt_embeds must be provided and non-empty.", "prompt"
-        )
-    state = think_state_of_prompt(prompt)
-    mode = {"closed": Mode.NO_THINK, "open": Mode.THINK_PREFILLED, "none": Mode.THINK}[state]
-    return _job(
-        body,
-        "completions",
-        flags,
-        prompt,
-        mode,
-        thinking=state != "closed",
-        include_reasoning=True,
-        known=known,
-        max_model_len=max_model_len,
-        default_max_tokens=COMPLETIONS_DEFAULT_MAX_TOKENS,
-        server=server,
-    )
+    - llama.cpp: ``reasoning_budget_tokens`` (else ``thinking_budget_tokens``; -1 for
+      none) is its thinking budget, and 0 is thinking off (the server ends thinking at
+      once; the tiny e2e model then answers, as with thinking off); vLLM's
+      ``thinking_token_budget`` and ``continuous_usage_stats`` are unknown there;
+    - SGLang: ``chat_template_kwargs`` and ``reasoning_effort`` as in vLLM; no budget field;
+    - Ollama (OpenAI layer): ``reasoning_effort`` (or ``reasoning.effort``) ``"none"`` is
+      ``think: false``; ``chat_template_kwargs`` is ignored.
+    """
+    if dialect == "vllm" or not isinstance(body, dict):
+        return body
+    out = {k: v for k, v in body.items()
+           if k not in ("thinking_token_budget", "repetition_detection")}
+    if dialect == "llamacpp":
+        thinking = out.pop("thinking_budget_tokens", None)
+        budget = out.pop("reasoning_budget_tokens", thinking)
+        if budget == 0:
+            kwargs = out.get("chat_template_kwargs")
+            out["chat_template_kwargs"] = {**(kwargs if isinstance(kwargs, dict) else {}),
+                                           "enable_thinking": False}
+        elif budget is not None:
+            out["thinking_token_budget"] = budget
+        options = out.get("stream_options")
+        if isinstance(options, dict) and "continuous_usage_stats" in options:
+            out["stream_options"] = {k: v for k, v in options.items()
+                                     if k != "continuous_usage_stats"}
+    elif dialect == "ollama":
+        out.pop("chat_template_kwargs", None)
+        effort = out.pop("reasoning_effort", None)
+        nested = out.pop("reasoning", None)
+        if isinstance(nested, dict) and effort is None:
+            effort = nested.get("effort")
+        if effort == "none":
+            out["chat_template_kwargs"] = {"enable_thinking": False}
+    return out
