@@ -11,7 +11,7 @@ from sidecar.simulator.chat import routes as chat
 from sidecar.simulator.completions import routes as completions
 from sidecar.simulator.config import SimulatorConfig
 from sidecar.simulator.messages import routes as messages
-from sidecar.simulator.node.server import node_app, serve
+from sidecar.simulator.node.serving import node_app, serve
 from sidecar.simulator.ollama import routes as ollama
 from sidecar.simulator.responses import routes as responses
 
