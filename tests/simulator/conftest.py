@@ -6,6 +6,7 @@ import re
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import orjson
 import pytest
 from aiohttp.test_utils import TestClient
 
@@ -73,3 +74,32 @@ def metric(text: str, name: str, **labels: str) -> float:
         if all(f'{k}="{v}"' in head for k, v in labels.items()):
             total += float(value)
     return total
+
+
+def named_events(data: bytes) -> list[tuple[str, dict[str, object]]]:
+    """Split a body of named events into ``(name, payload)`` pairs."""
+    out = []
+    for block in data.split(b"\n\n")[:-1]:
+        name, payload = block.split(b"\n")
+        out.append((name.removeprefix(b"event: ").decode(),
+                    orjson.loads(payload.removeprefix(b"data: "))))
+    return out
+
+
+class CountingDraw:
+    """A fake source of randomness: every draw is a counter, so ids are predictable."""
+
+    def __init__(self) -> None:
+        self.n = 0
+
+    def hex(self, digits: int) -> str:
+        self.n += 1
+        return f"{self.n:0{digits}x}"
+
+    def alnum(self, length: int) -> str:
+        self.n += 1
+        return f"{self.n:0{length}d}"
+
+    def number(self, below: int) -> int:
+        self.n += 1
+        return self.n % below

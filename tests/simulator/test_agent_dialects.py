@@ -16,9 +16,7 @@ import orjson
 import pytest
 from aiohttp.test_utils import TestClient
 
-from sidecar.simulator.common import gojson
 from sidecar.simulator.engine.behaviours import FIX_ANSWER, LOOP_TOKENS
-from sidecar.simulator.messages.request import check_messages, messages_thinking
 from tests.simulator.conftest import SimFactory
 
 HELLO: list[Any] = [{"role": "user", "content": "Hello"}]
@@ -51,38 +49,6 @@ def _messages(**extra: Any) -> dict[str, Any]:
 def _responses(**extra: Any) -> dict[str, Any]:
     return {"model": "sim-loop", "input": "Hello", "max_output_tokens": 30, **extra}
 
-
-# ---------------------------------------------------------------------- thinking switches
-
-
-@pytest.mark.parametrize(("dialect", "body", "thinking", "budget"), [
-    ("vllm", {"thinking": {"type": "disabled"}}, False, None),
-    ("vllm", {"thinking": {"type": "enabled", "budget_tokens": 2000}}, True, 2000),
-    ("vllm", {"chat_template_kwargs": {"enable_thinking": False}}, False, None),
-    ("vllm", {"thinking": {"type": "disabled"},
-              "chat_template_kwargs": {"enable_thinking": True}}, True, None),
-    ("vllm", {"output_config": {"effort": "high"}}, True, None),
-    ("llamacpp", {"thinking": {"type": "disabled"}}, True, None),
-    ("llamacpp", {"thinking": {"type": "enabled", "budget_tokens": 2000}}, True, None),
-    ("llamacpp", {"chat_template_kwargs": {"enable_thinking": False}}, False, None),
-    ("sglang", {"thinking": {"type": "disabled"}}, False, None),
-    ("ollama", {"thinking": {"type": "disabled"}}, False, None),
-    ("ollama", {"chat_template_kwargs": {"enable_thinking": False}}, True, None),
-])
-def test_messages_thinking_switch_per_server(dialect: str, body: dict[str, Any],
-                                             thinking: bool, budget: int | None) -> None:
-    """Which request fields turn thinking off, and which set a budget, on each server."""
-    req = check_messages({"model": "m", "max_tokens": 4000, "messages": HELLO, **body})
-    assert messages_thinking(req, dialect) == (thinking, budget)
-
-
-def test_go_json_escapes_html_and_prints_whole_floats() -> None:
-    """Go's encoder: <, >, & and U+2028 escaped, 1.0 printed as 1, maps sorted on request."""
-    assert gojson.marshal({"b": "<a&b>\u2028", "a": 1.0, "c": 0.5}) == (
-        b'{"b":"\\u003ca\\u0026b\\u003e\\u2028","a":1,"c":0.5}')
-    assert gojson.marshal({"b": 1, "a": {"d": 2, "c": 3}}, sort_keys=True) == (
-        b'{"a":{"c":3,"d":2},"b":1}')
-    assert gojson.encode([]) == b"[]\n"
 
 
 # --------------------------------------------------------------------------- llama.cpp

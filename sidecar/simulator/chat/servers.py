@@ -2,7 +2,7 @@
 OpenAI layer. Pure, like :mod:`.vllm`, whose :class:`~.vllm.VllmChat` each overrides.
 
 llama.cpp's bytes are those of a real ``llama-server`` (tests/data/captures/llama.cpp,
-held by tests/simulator/chat/test_llamacpp_captures.py). SGLang's and Ollama's follow
+held by tests/simulator/test_llamacpp_captures.py). SGLang's and Ollama's follow
 ``docs/protocols.md`` §8-9 (SGLang 0.5.23 ``sse_utils.py``/``protocol.py``; Ollama
 ``fb307609`` ``openai/openai.go``); what the document does not show is marked ⚠ below:
 those bytes are a plausible reading of the source, not checked against a live server.

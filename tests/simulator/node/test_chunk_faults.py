@@ -1,4 +1,5 @@
-"""Each injected fault (X-Sim-Fault) gives the client exactly the failure it names."""
+"""Each injected fault (X-Sim-Fault) gives the client exactly the failure it names, on
+the chunk routes (chat, completions)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The official openai SDK, pointed at a loopback simulated node, reads it like vLLM."""
+"""The official openai SDK reads the simulated chat completions and models."""
 
 from __future__ import annotations
 
@@ -74,18 +74,6 @@ async def test_sdk_thinking_off(sim: SimFactory) -> None:
     await client.close()
     assert result.choices[0].message.content == " Fix: guard empty lists before indexing!"
     assert result.choices[0].finish_reason == "stop"
-
-
-async def test_sdk_completions_stream(sim: SimFactory) -> None:
-    """The legacy completions stream parses; special tokens are invisible in text."""
-    client = await _client(sim)
-    stream = await client.completions.create(
-        model="sim-loop", prompt="Hello", max_tokens=10, stream=True
-    )
-    texts = [chunk.choices[0].text async for chunk in stream if chunk.choices]
-    await client.close()
-    assert texts[0] == ""
-    assert "".join(texts) == " Hmm, maybe my earlier reasoning about this bug"
 
 
 async def test_sdk_maps_errors(sim: SimFactory) -> None:
