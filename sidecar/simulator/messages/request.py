@@ -100,6 +100,7 @@ def _thinking(f: Fields, body: Mapping[str, Any]) -> Thinking | None:
 
 
 def prompt_fits(prompt_tokens: int, max_model_len: int) -> None:
+    """Raise a 400 for a prompt that leaves no room to generate in the context."""
     if prompt_tokens >= max_model_len:
         # ⚠ Chat's wording for an over-long prompt; not captured on this endpoint.
         raise ApiError(400, f"This model's maximum context length is {max_model_len} tokens. "
