@@ -40,6 +40,7 @@ NEVER_FIRE = DetectorConfig(
     symbol_run_tokens=10**9,
     script_mix=99,
     restatement_copies=10**9,
+    sentences_repeat_chars=10**9,
     periodic_copy_chars=0,
     stall_seconds=None,
 )

@@ -22,13 +22,14 @@ from detectors.degeneration import DegenerationAnalyzer
 from detectors.periodic import PeriodicAnalyzer
 from detectors.recurrence import RecurrenceAnalyzer
 from detectors.restatement import RestatementAnalyzer
+from detectors.sentences import SentencesAnalyzer
 
 AnalyzerFactory = tuple[str, Callable[[], BlockAnalyzer]]
 
 #: Text detectors that watch the thinking channel only. An answer may write one line many
 #: times (table rows, a field per item); rumination is a thinking-phase behaviour, and an
 #: answer that loops is still caught by the periodic and recurrence detectors.
-THINKING_ONLY = frozenset({"restatement"})
+THINKING_ONLY = frozenset({"restatement", "sentences"})
 
 
 @functools.lru_cache(maxsize=64)
@@ -84,6 +85,18 @@ def text_analyzers(config: DetectorConfig) -> tuple[AnalyzerFactory, ...]:
                     config.recurrence_drift,
                     config.recurrence_evidence,
                     config.recurrence_code_min_seen,
+                ),
+            )
+        )
+    # After recurrence: on a block where both fire, the verdict stays recurrence's.
+    if config.sentences_enabled:
+        found.append(
+            (
+                "sentences",
+                lambda: SentencesAnalyzer(
+                    config.sentences_repeat_chars,
+                    config.sentences_window_chars,
+                    config.sentences_min_chars,
                 ),
             )
         )
@@ -288,7 +301,8 @@ def default_chain(config: DetectorConfig, *, started_at: float = 0.0) -> Chain:
 
     Registered, in order: the thinking token budget, the thinking wall-clock budget
     (counted from ``started_at``), then per channel the degeneration, periodic-tail,
-    restatement and recurrence detectors (on ``content`` too, all but restatement, unless
-    ``content_enabled`` is off), and on the timer the stall detector.
+    restatement, recurrence and sentences detectors (on ``content`` too, all but
+    restatement and sentences, unless ``content_enabled`` is off), and on the timer the
+    stall detector.
     """
     return Chain(config, started_at)

@@ -64,6 +64,17 @@ class DetectorConfig:
     #: ... within this many characters of the channel (healthy max seen: 5 in 16,384).
     restatement_window_chars: int = 16384
 
+    #: Run the sentences detector (much of the recent thinking is sentences and lines
+    #: written before, in any order).
+    sentences_enabled: bool = True
+    #: Fire when segments (sentences and lines) already written make up this many
+    #: characters of the window (healthy max seen: 808, by Claude 3.7) ...
+    sentences_repeat_chars: int = 1200
+    #: ... of this many characters (a multiple of 256).
+    sentences_window_chars: int = 4096
+    #: A segment counts when it holds this many characters besides spaces.
+    sentences_min_chars: int = 20
+
     #: Run the degeneration (word salad, symbol runs) detector.
     degeneration_enabled: bool = True
     #: Fire on a run of this many word tokens with no punctuation or line break.

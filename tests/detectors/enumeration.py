@@ -1,6 +1,7 @@
 """Text of a puzzle search that enumerates candidate schedules, as a reasoning model writes
-it: every candidate is a numbered list of steps with running totals, candidates share their
-first steps and differ in the people, the order and the numbers after that."""
+it: every candidate is a numbered list of steps with running totals, or the same steps
+written as prose lines or sentences; candidates share their first steps and differ in the
+people, the order and the numbers after that."""
 
 from __future__ import annotations
 
@@ -70,6 +71,44 @@ def listed(limit: int, order: Order | None = None) -> str:
             lines.append(f"{i}. {move} ({t}), total {total}.")
         lines.append(f"So option {n} takes {total} minutes in all.")
         para = "\n".join(lines) + "\n\n"
+        parts.append(para)
+        size += len(para)
+        if size >= limit:
+            break
+    return "".join(parts)
+
+
+#: What a search says before each candidate, in turn, after its number.
+LEADS = (
+    "let me try another order.",
+    "what if the order changes?",
+    "maybe a different pair goes first.",
+    "another possibility to check.",
+    "let me think about that one again.",
+    "try a different sequence this time.",
+)
+
+
+def _step(move: str, minutes: int) -> str:
+    return f"{move}, {minutes} minute{'' if minutes == 1 else 's'}."
+
+
+def prose(limit: int, order: Order | None = None, *, lines: bool = True) -> str:
+    """The candidates written as prose, no list markers: a lead sentence ("Option 7, let me
+    try another order."), then one step a line ("A and B cross, 3 minutes.") or one
+    sentence each in a paragraph, then the total ("That makes 19 minutes in total, 2 too
+    many."), until ``limit`` characters."""
+    parts = ["We need to get everyone across in 17 minutes at most.\n\n"]
+    size = len(parts[0])
+    sep = "\n" if lines else " "
+    for n, moves in enumerate(order or schedules(), 1):
+        total = sum(t for _, t in moves)
+        verdict = "which works." if total <= 17 else f"{total - 17} too many."
+        para = sep.join([
+            f"Option {n}, {LEADS[n % len(LEADS)]}",
+            *(_step(move, t) for move, t in moves),
+            f"That makes {total} minutes in total, {verdict}",
+        ]) + "\n\n"
         parts.append(para)
         size += len(para)
         if size >= limit:

@@ -17,9 +17,11 @@ def _reasoning(record: dict[str, str], limit: int) -> str:
 
 
 LOOPS = load("loops")
-# A verbatim loop (recurrence), a Chinese degeneration and an English salad.
+# A verbatim loop (recurrence), sentences coming back in a shifting order (sentences), a
+# Chinese degeneration and an English salad.
 SAMPLES = [
     _reasoning(LOOPS[34], 9000),
+    _reasoning(LOOPS[33], 12000),
     _reasoning(LOOPS[39], 14000),
     _reasoning(LOOPS[42], 12000),
     "数字" + "9" * 1500,

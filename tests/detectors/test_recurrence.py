@@ -81,13 +81,14 @@ def test_evidence_drains_after_a_burst() -> None:
 
 def test_interleaved_copies_accumulate() -> None:
     """Copies of a few paragraphs in a shifting order with fresh sentences between them keep
-    adding evidence: the order and the gaps do not reset it."""
+    adding evidence: the order and the gaps do not reset it (the sentences detector, off
+    here, counts them too)."""
     source = _reasoning(16)
     paras = [source[i : i + 500] for i in (2000, 3000, 4000)]
     fresh = [source[i : i + 120] for i in range(8000, 16000, 400)]
     order = [0, 1, 0, 2, 1, 0, 2, 2, 1, 0, 1, 2]
     text = source[:2000] + "".join(paras[j] + fresh[n] for n, j in enumerate(order))
-    verdict = feed_text(text)
+    verdict = feed_text(text, config=DetectorConfig(sentences_enabled=False))
     assert verdict is not None
     assert verdict.detector == "recurrence"
 
@@ -494,7 +495,8 @@ def test_prose_items_count_in_a_list_whose_numbers_change() -> None:
     fires recurrence within 20 attempts. Dropped whole with their lists, as they were
     before, they never fire."""
     text = _reasoning(14)[:3000] + "".join(_jug_attempt(n) for n in range(1, 40))
-    config = DetectorConfig(periodic_copy_chars=0, restatement_enabled=False)
+    config = DetectorConfig(periodic_copy_chars=0, restatement_enabled=False,
+                            sentences_enabled=False)
     verdict = feed_text(text, config=config)
     assert verdict is not None
     assert verdict.detector == "recurrence"

@@ -219,6 +219,7 @@ def test_content_detection_can_be_switched_off() -> None:
 def test_disabled_detectors_do_not_fire() -> None:
     """Each text detector has its own switch."""
     config = DetectorConfig(
-        recurrence_enabled=False, periodic_enabled=False, degeneration_enabled=False
+        recurrence_enabled=False, periodic_enabled=False, degeneration_enabled=False,
+        sentences_enabled=False,
     )
     assert feed_text(_shifting_loop(80) + "9" * 3000, config=config) is None
