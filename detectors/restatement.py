@@ -18,7 +18,15 @@ A *statement* is one of:
   a list) taken together as one statement, so a list only counts as a copy when every item is
   the same. Candidate schedules or tables whose items differ in their numbers or names never
   add up, however many of their items they share; a list of options re-enumerated verbatim
-  does. A list of one item is read as a line.
+  does. A list of one item is read as a line;
+- a whole run of lines of :data:`RUN_LINE` characters or less that each hold a number or
+  a one-letter name (a capital standing alone, not "I"), up to a blank line or another
+  line: candidates written as prose
+  lines ("A and B cross, 3 minutes." ... "That makes 21 minutes in total, 4 too many.")
+  share their steps, and their totals come back with every candidate of the same total, so
+  a run counts only when it comes back whole, as a list does. A run of one line is read as
+  that line, and a run longer than :data:`MAX_LINE` characters in all is no candidate: its
+  lines are read one by one from there to its end.
 
 Lines longer than :data:`MAX_LINE` characters are paragraphs, left to ``recurrence``.
 
@@ -26,7 +34,8 @@ Calibration (``benchmarks/families.py``): on the 1,885 healthy traces of tests/d
 statement came back more than 5 times within 16,384 characters; loops that restate a
 conclusion do it dozens of times.
 
-Memory: the current line (at most :data:`MAX_LINE` characters), a table of :data:`SLOTS`
+Memory: the current line and the run being read (at most :data:`MAX_LINE` characters
+each), a table of :data:`SLOTS`
 counters with a 16-bit fingerprint each (3 KiB) and a ring of the last :data:`RING`
 statements, a slot and a channel offset each (3.4 KiB at most),
 allocated with the first statement. A statement older than the ring is forgotten even
@@ -55,6 +64,8 @@ MIN_WORDS_WITH_DIGITS = 5
 #: Longer lines are paragraphs (``recurrence`` reads them); a list longer than this in
 #: total is still one statement (its hash is chained item by item).
 MAX_LINE = 320
+#: A longer line is prose, never a step of a run.
+RUN_LINE = 100
 #: Statements remembered (their slot and offset) ...
 RING = 512
 #: ... in a table of this many counters (a power of two, at most half full).
@@ -75,6 +86,8 @@ _ASCII_WORDS_WITH_DIGITS = re.compile(
     rf"(?:.*?(?<![A-Za-z])[A-Za-z]{{2}}){{{MIN_WORDS_WITH_DIGITS}}}", re.S
 )
 _DIGIT = re.compile(r"\d")
+#: A number, or a one-letter name (a capital standing alone, not "I").
+_STATE = re.compile(r"\d|[A-HJ-Z](?<!\w[A-HJ-Z])(?!\w)")
 _SPACE = re.compile(r"\s+")
 
 
@@ -96,6 +109,8 @@ class RestatementAnalyzer:
         "_most",
         "_ring_at",
         "_ring_slot",
+        "_run",
+        "_run_chars",
         "_window",
     )
 
@@ -116,6 +131,10 @@ class RestatementAnalyzer:
         self._list_items = 0
         self._list_at = 0
         self._list_first = ""
+        # The run of state lines being read (line and offset each; -1 chars once it grew
+        # past MAX_LINE: its lines are read one by one until it ends).
+        self._run: list[tuple[str, int]] = []
+        self._run_chars = 0
         # Copies per statement in the window: a counter and a 16-bit fingerprint per slot,
         # probed linearly from the hash's low bits (allocated with the first statement).
         self._counts = bytearray()
@@ -149,7 +168,7 @@ class RestatementAnalyzer:
             self._line_at = at
             self._line = ""
             if line is None or len(line) + len(part) > MAX_LINE:
-                seen = self._end_list()
+                seen = (self._end_run() if self._run else None) or self._end_list()
             else:
                 seen = self._take(line + part, start)
             found = found or seen
@@ -161,7 +180,7 @@ class RestatementAnalyzer:
         """One complete line starting at channel offset ``start``."""
         line = raw.strip()
         if not line:
-            return None  # a blank line ends neither a paragraph nor a list
+            return self._end_run() if self._run else None  # it ends a run, not a list
         if "  " in line or "\t" in line:
             line = _SPACE.sub(" ", line)
         if line.startswith("```"):
@@ -171,15 +190,52 @@ class RestatementAnalyzer:
         if self._fence or (not item and raw[0] in " \t"):
             return None  # code keeps its own rule (recurrence's fourth copy)
         if item:
+            found = self._end_run() if self._run else None
             if not self._list_items:
                 self._list_at = start
                 self._list_first = line
                 self._list = 0
             self._list = crc32(line.encode(), self._list)
             self._list_items += 1
-            return None
+            return found
         found = self._end_list()
+        if len(line) <= RUN_LINE and _STATE.search(line):
+            return self._state_line(line, start) or found
+        if self._run:
+            found = self._end_run() or found
         return self._line_statement(line, start) or found
+
+    def _state_line(self, line: str, start: int) -> Finding | None:
+        """A line with a number or a one-letter name: a step of an enumeration, read with
+        the lines of its run (see the module docstring)."""
+        if self._run_chars < 0:
+            return self._line_statement(line, start)
+        self._run.append((line, start))
+        self._run_chars += len(line)
+        if self._run_chars <= MAX_LINE:
+            return None
+        # Too long for candidates: the lines count one by one, as they come from now on.
+        run = self._run
+        self._run = []
+        self._run_chars = -1
+        found = None
+        for text, at in run:
+            found = self._line_statement(text, at) or found
+        return found
+
+    def _end_run(self) -> Finding | None:
+        """The run of state lines (if any) has ended: count it as one statement."""
+        run = self._run
+        self._run_chars = 0
+        if not run:
+            return None
+        self._run = []
+        if len(run) == 1:
+            return self._line_statement(*run[0])
+        h = 0
+        for text, _ in run:
+            h = crc32(text.encode(), h)
+        return self._count(h ^ 0xA5A5, run[0][1], run[0][0], f"a run of {len(run)} lines")
 
     def _end_list(self) -> Finding | None:
         """The list being read (if any) has ended: count it as one statement."""
@@ -189,7 +245,7 @@ class RestatementAnalyzer:
         self._list_items = 0
         if items == 1:
             return self._line_statement(self._list_first, self._list_at)
-        return self._count(self._list, self._list_at, self._list_first, items)
+        return self._count(self._list, self._list_at, self._list_first, f"a list of {items} items")
 
     def _line_statement(self, line: str, start: int) -> Finding | None:
         if len(line) < MIN_CHARS:
@@ -201,9 +257,9 @@ class RestatementAnalyzer:
         )
         if not enough.match(line) and (not few.match(line) or _DIGIT.search(line)):
             return None
-        return self._count(crc32(line.encode()), start, line, 1)
+        return self._count(crc32(line.encode()), start, line, "a line")
 
-    def _count(self, h: int, start: int, shown: str, items: int) -> Finding | None:
+    def _count(self, h: int, start: int, shown: str, what: str) -> Finding | None:
         """Count statement ``h`` written at ``start``, forget those that left the window,
         and fire on the ``copies``-th copy within it."""
         counts = self._counts
@@ -238,7 +294,6 @@ class RestatementAnalyzer:
         self._most = max(self._most, seen)
         if seen < self._copies:
             return None
-        what = f"a list of {items} items" if items > 1 else "a line"
         return Finding(
             f"{what} was written {seen} times within {self._window} characters",
             Evidence(excerpt(shown), 0, seen),

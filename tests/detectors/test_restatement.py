@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import random
 import re
 import tracemalloc
 
 import pytest
 from detector_helpers import feed_pieces, feed_text, key, load
-from enumeration import inline, listed
+from enumeration import inline, listed, prose, schedules
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -89,6 +90,47 @@ def test_enumerated_schedules_never_fire() -> None:
     config = DetectorConfig(recurrence_enabled=False)
     for text in (inline(60_000), listed(60_000)):
         assert feed_text(text, config=config) is None
+
+
+@pytest.mark.parametrize("seed", [None, 0])
+def test_candidate_schedules_in_prose_lines_never_fire(seed: int | None) -> None:
+    """Candidates written as prose lines ("A and B cross, 3 minutes.") share their steps,
+    and their total lines ("That makes 21 minutes in total, 4 too many.") come back with
+    every candidate of the same total: a run of lines with numbers or one-letter names is
+    read as one statement, as a list is, so they never add up (a total line fired at its
+    8th copy, 9,216 characters in, when each line counted)."""
+    order = None if seed is None else random.Random(seed).sample(list(schedules()), 108)
+    config = DetectorConfig(recurrence_enabled=False, sentences_enabled=False)
+    assert feed_text(prose(40_000, order), config=config) is None
+
+
+def test_the_same_candidate_in_prose_lines_fires() -> None:
+    """A search stuck on one schedule writes the same run of lines again and again: the
+    run is the statement that comes back."""
+    moves = next(iter(schedules()))
+    text = "".join(f"Attempt {i}, let me go over it once more.\n\n"
+                   + prose(1, [moves]).split("\n\n", 1)[1] for i in range(12))
+    config = DetectorConfig(recurrence_enabled=False, sentences_enabled=False)
+    verdict = feed_text(text, config=config)
+    assert verdict is not None
+    assert verdict.detector == "restatement"
+    assert "a run of 7 lines" in verdict.reason
+
+
+def test_a_long_run_of_figures_is_read_line_by_line() -> None:
+    """Lines of figures with no blank line or prose between them, longer in all than a
+    line may be, are no candidate: each counts on its own, so a figure restated among
+    new ones still fires."""
+    text = "".join(
+        f"Check {i}: the pair gives {i * 7 % 23} and {i * 11 % 29} in all.\n"
+        + ("So the total time is 17 minutes for the whole group.\n" if i % 3 == 0 else "")
+        for i in range(60)
+    )
+    config = DetectorConfig(recurrence_enabled=False, sentences_enabled=False)
+    verdict = feed_text(text, config=config)
+    assert verdict is not None
+    assert verdict.detector == "restatement"
+    assert "a line was written 8 times" in verdict.reason
 
 
 def test_short_lines_with_numbers_need_five_words() -> None:
