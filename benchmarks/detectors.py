@@ -14,6 +14,10 @@ its first verdict (later deltas return at once), so the loop input is also timed
 text detector kept running to the end (thresholds out of reach) as the worst case.
 Peak memory is measured with tracemalloc around building the chain and feeding the stream
 (the pre-split input is allocated before tracing starts).
+
+``--by-detector`` instead feeds the healthy input with a CPU clock read around every text
+detector's ``analyze`` (each block, each detector) and prints each one's CPU in ns per
+token of the whole input, ``--reps`` times (the two reads add some ns to each figure).
 """
 
 from __future__ import annotations
@@ -26,6 +30,8 @@ import tracemalloc
 from pathlib import Path
 
 from detectors import DetectorConfig, default_chain
+from detectors.analyzer import BlockAnalyzer, Finding
+from detectors.blocks import Block
 from detectors.replay import split_stream
 from detectors.tokenize import split_deltas
 
@@ -90,10 +96,43 @@ def peak_memory(deltas: list[str], config: DetectorConfig) -> int:
     return peak
 
 
+class _Timed:
+    """An analyzer with a clock read around each ``analyze`` (see ``--by-detector``)."""
+
+    def __init__(self, analyzer: BlockAnalyzer, spent: dict[str, float], name: str) -> None:
+        self.analyzer, self.spent, self.name = analyzer, spent, name
+
+    def analyze(self, block: Block) -> Finding | None:
+        t0 = time.process_time()
+        found = self.analyzer.analyze(block)
+        self.spent[self.name] = self.spent.get(self.name, 0.0) + time.process_time() - t0
+        return found
+
+
+def by_detector(deltas: list[str], config: DetectorConfig) -> dict[str, float]:
+    """ns per token of ``deltas`` spent in each text detector's ``analyze``."""
+    spent: dict[str, float] = {}
+    chain = default_chain(config)
+    analyzers = chain._thinking.analyzers  # a benchmark's look inside the chain
+    for i, (name, analyzer) in enumerate(analyzers):
+        analyzers[i] = (name, _Timed(analyzer, spent, name))
+    for i, d in enumerate(deltas):
+        chain.feed("thinking", d, 1, i * 0.02)
+    return {name: s / len(deltas) * 1e9 for name, s in spent.items()}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--reps", type=int, default=5)
+    parser.add_argument("--by-detector", action="store_true",
+                        help="time each text detector on the healthy input instead")
     args = parser.parse_args()
+    if args.by_detector:
+        healthy = build("healthy", None)
+        for _ in range(args.reps):
+            print("  ".join(f"{name} {ns:.0f}" for name, ns in
+                            by_detector(healthy, DetectorConfig()).items()) + " ns/token")
+        return
     cases = [
         ("loop (default chain)", build("loops", "high"), DetectorConfig()),
         ("loop (all detectors kept running)", build("loops", "high"), NEVER_FIRE),
