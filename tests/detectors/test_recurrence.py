@@ -7,7 +7,7 @@ import tracemalloc
 
 import pytest
 from detector_helpers import feed_pieces, feed_text, key, load
-from enumeration import inline, listed, schedules
+from enumeration import inline, listed, prose, schedules
 
 from detectors import Channel, DetectorConfig, Verdict
 from detectors.blocks import Block, Blocker
@@ -514,3 +514,60 @@ def test_number_items_alone_still_add_nothing() -> None:
     config = DetectorConfig()
     assert max(_scores("".join(lines), config)) < config.recurrence_evidence / 2
     assert feed_text(_reasoning(14)[:3000] + "".join(lines)) is None
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open (issue 38): the guard (a line or a sentence that starts with a one-letter"
+    " name is a list step, as a numbered one is) waits for the recurrence refactor to land;"
+    " the accumulation fires at 3,072 to 4,608 characters",
+)
+@pytest.mark.parametrize("lines", [True, False])
+@pytest.mark.parametrize("seed", [None, 0, 1])
+def test_candidates_written_as_prose_never_add_up(lines: bool, seed: int | None) -> None:
+    """The bridge-and-torch false alarm of GLM-Z1 (issue 38): candidate schedules written as
+    prose, one step a line ("A and B cross, 3 minutes.") or one sentence each, share their
+    steps while their totals differ. A line that starts with a one-letter name is a step of
+    a list, as a numbered one is, and a sentence that does makes its line a list, as an
+    enumerator does: their copies never add up over 60,000 characters."""
+    order = None if seed is None else _shuffled(seed)
+    text = prose(60_000, order, lines=lines)
+    config = DetectorConfig()
+    assert max(_scores(text, config)) < config.recurrence_evidence / 2
+    only = DetectorConfig(sentences_enabled=False, restatement_enabled=False)
+    assert feed_text(text, config=only) is None
+
+
+@pytest.mark.parametrize("lines", [True, False])
+def test_the_same_candidate_in_prose_again_and_again_fires(lines: bool) -> None:
+    """A search stuck on one schedule, writing its steps as prose with the same numbers
+    among varied sentences, comes back whole: its copies count and recurrence fires."""
+    moves = next(iter(schedules()))
+    text = "".join(
+        f"Let me try again, attempt {i} of this.\n"
+        + prose(1, [moves], lines=lines).split("\n\n", 1)[1]
+        for i in range(30)
+    )
+    only = DetectorConfig(sentences_enabled=False, restatement_enabled=False)
+    verdict = feed_text(text, config=only)
+    assert verdict is not None
+    assert verdict.detector == "recurrence"
+    assert verdict.at_char < len(text) // 3
+
+
+def test_sentences_that_start_with_an_article_still_count() -> None:
+    """"A" is also an article: a sentence or a line that starts with it and goes on in
+    words is prose, and a loop of them fires as before (their line counts at its end)."""
+    unit = (
+        "A better way is to light the first rope from both ends and the second from one. "
+        "A quarter of an hour is left on the second rope when the first one burns out.\n"
+        "A simpler check: the second rope then burns from both ends for fifteen minutes.\n"
+    )
+    text = _reasoning(14)[:3000] + "".join(
+        f"Let me think about it once more, take {i}.\n" + unit for i in range(20)
+    )
+    only = DetectorConfig(sentences_enabled=False, restatement_enabled=False,
+                          periodic_copy_chars=0)
+    verdict = feed_text(text, config=only)
+    assert verdict is not None
+    assert verdict.detector == "recurrence"
