@@ -14,7 +14,8 @@ from typing import Any
 
 import orjson
 
-from sidecar.core.wire import Body, Fold
+from sidecar.apis.sse_events import EventFold
+from sidecar.core.wire import Body
 
 
 class _Block:
@@ -27,7 +28,7 @@ class _Block:
         self.signature: str | None = None
 
 
-class MessageFold(Fold):
+class MessageFold(EventFold):
     """Accumulates the events of one (possibly spliced) message."""
 
     def __init__(self) -> None:

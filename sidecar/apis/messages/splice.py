@@ -25,13 +25,11 @@ import hashlib
 from collections.abc import Sequence
 from typing import Any
 
-import orjson
-
 from detectors import Verdict
 from sidecar.apis.messages.fold import MessageFold
 from sidecar.apis.openai.splice import comment
+from sidecar.apis.sse_events import EventSplicer, encode, token_count
 from sidecar.core.attempt import Attempt, Totals
-from sidecar.core.wire import Splicer
 from sidecar.errors import UpstreamError
 
 #: The first characters of every signature the sidecar gives a cut thinking block. A
@@ -54,26 +52,18 @@ def error_object(status: int, message: str) -> dict[str, Any]:
     return {"type": "error", "error": {"type": error_type(status), "message": message}}
 
 
-def encode(obj: dict[str, Any]) -> bytes:
-    """One named SSE event for a Messages event object (its ``type`` names it)."""
-    return b"event: " + str(obj.get("type")).encode() + b"\ndata: " + orjson.dumps(obj) + b"\n\n"
-
-
 def signature_mark(request_id: str, index: int) -> str:
     """The signature of the cut thinking block at client ``index`` of a request."""
     digest = hashlib.blake2b(f"{request_id}:{index}".encode(), digest_size=12).hexdigest()
     return MARK_PREFIX + digest
 
 
-class MessagesSplicer(Splicer):
+class MessagesSplicer(EventSplicer):
     """The splicer of one Messages exchange (see the module docstring). ``seen`` is fed
     every event the client gets that opens, closes or frames a block or the message."""
 
     def __init__(self, fold: MessageFold | None, *, request_id: str, model: str | None) -> None:
-        super().__init__()
-        self.fold = fold
-        self._request_id = request_id
-        self._model = model
+        super().__init__(fold, request_id=request_id, model=model)
         self.started = False
         #: Blocks the client has (the next client index).
         self.blocks = 0
@@ -112,20 +102,7 @@ class MessagesSplicer(Splicer):
                 obj["usage"] = summed_usage(usage, attempt)
         return obj
 
-    def encode(self, obj: dict[str, Any]) -> bytes:
-        """The bytes of one event for a streaming client."""
-        return encode(obj)
-
     # -- the sidecar's own events ----------------------------------------------------
-
-    def _emit(self, objs: list[dict[str, Any]], marker: bytes) -> bytes:
-        for obj in objs:
-            self.seen(obj)
-        if self.fold is not None:
-            for obj in objs:
-                self.fold.add(obj)
-            return b""
-        return marker + b"".join(encode(obj) for obj in objs)
 
     def _close(self, attempt: Attempt) -> list[dict[str, Any]]:
         """The events that close the block a cut left open."""
@@ -178,13 +155,7 @@ def summed_usage(usage: dict[str, Any], attempt: Attempt) -> dict[str, Any]:
     and every token generated."""
     earlier = attempt.earlier
     out = dict(usage)
-    prompt = _count(out.get("input_tokens"))
+    prompt = token_count(out.get("input_tokens"))
     out["input_tokens"] = prompt + earlier.prompt_tokens + earlier.unknown_prompts * prompt
-    out["output_tokens"] = _count(out.get("output_tokens")) + earlier.completion_tokens
+    out["output_tokens"] = token_count(out.get("output_tokens")) + earlier.completion_tokens
     return out
-
-
-def _count(value: Any) -> int:
-    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2**53:
-        return value
-    return 0

@@ -13,13 +13,14 @@ from typing import Any
 
 import orjson
 
-from sidecar.core.wire import Body, Fold
+from sidecar.apis.sse_events import EventFold
+from sidecar.core.wire import Body
 from sidecar.errors import error_body
 
 _ENDS = ("response.completed", "response.incomplete", "response.failed")
 
 
-class ResponseFold(Fold):
+class ResponseFold(EventFold):
     """Keeps the final response object of one (possibly spliced) response."""
 
     def __init__(self) -> None:

@@ -29,22 +29,15 @@ import copy
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import orjson
-
 from detectors import Verdict
 from sidecar.apis.openai.splice import comment
 from sidecar.apis.responses.fold import ResponseFold
+from sidecar.apis.sse_events import EventSplicer, encode, token_count
 from sidecar.core.attempt import MAX_KEPT_REASONING, Attempt, Totals
-from sidecar.core.wire import Splicer
 from sidecar.errors import UpstreamError
 
 _ENDS = ("response.completed", "response.incomplete", "response.failed")
 _JOIN = 64  # the open item's deltas are joined into one string this often
-
-
-def encode(obj: dict[str, Any]) -> bytes:
-    """One named SSE event for a Responses event object (its ``type`` names it)."""
-    return b"event: " + str(obj.get("type")).encode() + b"\ndata: " + orjson.dumps(obj) + b"\n\n"
 
 
 def usage_object(prompt: int, completion: int, reasoning: int) -> dict[str, Any]:
@@ -69,22 +62,19 @@ class _OpenItem:
         self.content_index = 0
 
 
-class ResponsesSplicer(Splicer):
+class ResponsesSplicer(EventSplicer):
     """The splicer of one Responses exchange (see the module docstring). ``seen`` is fed
     every event the client gets that creates the response or adds or completes an item."""
 
     def __init__(self, fold: ResponseFold | None, *, request_id: str, model: str | None,
                  echo: Mapping[str, Any], hide: bool = False) -> None:
-        super().__init__()
-        self.fold = fold
+        super().__init__(fold, request_id=request_id, model=model)
         #: The client asked not to see reasoning (``include_reasoning: false``): the
         #: sidecar asked for it anyway, to watch it, and drops its items here, numbering
         #: the rest as the server would have.
         self.hide = hide
         self._hidden: set[str] = set()
         self._hidden_at: list[int] = []
-        self._request_id = request_id
-        self._model = model
         self._echo = echo
         #: The client's response object, from the first ``response.created`` it got.
         self.response: dict[str, Any] | None = None
@@ -228,23 +218,12 @@ class ResponsesSplicer(Splicer):
             out["usage"] = summed_usage(usage, attempt)
         return out
 
-    def encode(self, obj: dict[str, Any]) -> bytes:
-        """The bytes of one event for a streaming client."""
-        return encode(obj)
-
     # -- the sidecar's own events ----------------------------------------------------
 
-    def _emit(self, objs: list[dict[str, Any]], marker: bytes) -> bytes:
-        for obj in objs:
-            self._number(obj)
-            if not self.indexed:
-                obj.pop("output_index", None)
-            self.seen(obj)
-        if self.fold is not None:
-            for obj in objs:
-                self.fold.add(obj)
-            return b""
-        return marker + b"".join(encode(obj) for obj in objs)
+    def _stamp(self, obj: dict[str, Any]) -> None:
+        self._number(obj)
+        if not self.indexed:
+            obj.pop("output_index", None)
 
     def _close(self, attempt: Attempt) -> list[dict[str, Any]]:
         """The events that close the item a cut left open, with status ``incomplete``."""
@@ -335,19 +314,13 @@ def summed_usage(usage: dict[str, Any], attempt: Attempt) -> dict[str, Any]:
     per attempt, every token generated, every reasoning token."""
     earlier = attempt.earlier
     out = dict(usage)
-    prompt = _count(out.get("input_tokens"))
+    prompt = token_count(out.get("input_tokens"))
     out["input_tokens"] = prompt + earlier.prompt_tokens + earlier.unknown_prompts * prompt
-    out["output_tokens"] = _count(out.get("output_tokens")) + earlier.completion_tokens
+    out["output_tokens"] = token_count(out.get("output_tokens")) + earlier.completion_tokens
     details = out.get("output_tokens_details")
     if isinstance(details, dict):
         out["output_tokens_details"] = {
-            **details, "reasoning_tokens": _count(details.get("reasoning_tokens"))
+            **details, "reasoning_tokens": token_count(details.get("reasoning_tokens"))
             + earlier.reasoning_tokens}
     out["total_tokens"] = out["input_tokens"] + out["output_tokens"]
     return out
-
-
-def _count(value: Any) -> int:
-    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2**53:
-        return value
-    return 0
