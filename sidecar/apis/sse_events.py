@@ -5,6 +5,9 @@ Such an API's package holds only what is its own: which events carry text and wh
 shape the client's view (its attempt's tables and ``_parse``), how its splicer closes and
 renumbers, its fold and its request bodies. What is the same is here:
 
+- :class:`EventApi`: the bodies sent upstream (a non-streaming request is sent as a
+  stream; a reissue is the thinking-off body, on the fallback model for
+  ``fallback:MODEL``);
 - :class:`EventAttempt`: one upstream attempt. It decodes the SSE, reads the delta events
   of a first attempt to a streaming client through learned templates
   (``sidecar.apis.templates``), forwards that attempt's bytes as they came, and sends a
@@ -21,7 +24,8 @@ events. A read that is one whole event (nearly every read at a paced load) skips
 decoder as well.
 
 The per-event path stays flat: an API's hooks are class-level tables and one ``_parse``
-per event parsed in full, so that sharing adds no call per event.
+per event parsed in full, so that sharing adds no call per event (only the test of
+``TELLS``, three bytecodes).
 """
 
 from __future__ import annotations
@@ -35,10 +39,31 @@ import orjson
 from detectors.base import CONTENT, THINKING, Channel
 from sidecar.apis.templates import EventTemplates
 from sidecar.codecs.sse import SSEDecoder, SSEError, SSEEvent
+from sidecar.config import ThinkingOffRule
 from sidecar.core.attempt import Attempt, AttemptSpec
 from sidecar.core.events import MalformedChunk, StreamEvent, ThinkTagSplitter
-from sidecar.core.wire import Fold, Splicer
+from sidecar.core.wire import Fold, RequestFacts, Splicer, WireApi
 from sidecar.errors import UpstreamProtocolError
+
+
+class EventApi(WireApi):
+    """An API whose upstream stream is SSE named events. It has no salvage step: neither
+    Messages nor Responses has a way to continue a message or a response."""
+
+    stream_type = "text/event-stream"
+
+    def first_body(self, body: Mapping[str, Any], facts: RequestFacts) -> dict[str, Any] | None:
+        return None if facts.client_stream else {**body, "stream": True}
+
+    def reissue_body(self, body: Mapping[str, Any], step: str, facts: RequestFacts, *,
+                     rules: Sequence[ThinkingOffRule], open_choices: int,
+                     reasoning: str = "") -> dict[str, Any]:
+        out = dict(body)
+        if step.startswith("fallback:"):
+            out["model"] = step.split(":", 1)[1]
+        out = self.thinking_off(out, rules)
+        out["stream"] = True
+        return out
 
 
 def encode(obj: dict[str, Any]) -> bytes:

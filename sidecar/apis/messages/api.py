@@ -29,34 +29,14 @@ import orjson
 from sidecar.apis.messages.attempt import MessagesAttempt
 from sidecar.apis.messages.fold import MessageFold
 from sidecar.apis.messages.splice import MARK_PREFIX, MessagesSplicer, error_object
+from sidecar.apis.sse_events import EventApi, content_text, kwargs_thinking
 from sidecar.config import Config, ThinkingOffRule
 from sidecar.core.attempt import Attempt, AttemptSpec
 from sidecar.core.bodies import deep_merge, prompt_fingerprint, thinking_off_patch
-from sidecar.core.wire import CUT_NOTE, RequestFacts, Splicer, WireApi
+from sidecar.core.wire import CUT_NOTE, RequestFacts, Splicer
 from sidecar.dialects import Dialect
 from sidecar.labels import Thinking
 from sidecar.policy.rules import RequestView
-
-_KWARG_SWITCHES = ("enable_thinking", "thinking")
-
-
-def _text(content: Any) -> str:
-    """The text of a message's ``content``: a string, or its text blocks joined."""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return "\n".join(b["text"] for b in content
-                         if isinstance(b, Mapping) and isinstance(b.get("text"), str))
-    return ""
-
-
-def _kwargs_thinking(body: Mapping[str, Any]) -> bool | None:
-    kwargs = body.get("chat_template_kwargs")
-    if isinstance(kwargs, Mapping):
-        for key in _KWARG_SWITCHES:
-            if isinstance(kwargs.get(key), bool):
-                return bool(kwargs[key])
-    return None
 
 
 def _thinking_type(body: Mapping[str, Any]) -> Any:
@@ -64,13 +44,12 @@ def _thinking_type(body: Mapping[str, Any]) -> Any:
     return thinking.get("type") if isinstance(thinking, Mapping) else None
 
 
-class Messages(WireApi):
+class Messages(EventApi):
     """``POST /v1/messages``."""
 
     name = "anthropic.messages"
     route = "messages"
     path = "/v1/messages"
-    stream_type = "text/event-stream"
 
     # -- reading a request -----------------------------------------------------------
 
@@ -79,11 +58,11 @@ class Messages(WireApi):
         messages = body.get("messages")
         for message in messages if isinstance(messages, list) else ():
             if isinstance(message, Mapping) and message.get("role") == "user":
-                last_user = _text(message.get("content"))
+                last_user = content_text(message.get("content"))
         tools = body.get("tools")
         model = body.get("model")
         return RequestView(model if isinstance(model, str) else "", self.route, headers,
-                           _text(body.get("system")), last_user,
+                           content_text(body.get("system")), last_user,
                            isinstance(tools, list) and bool(tools), self.max_tokens(body))
 
     def client_thinking(self, body: Mapping[str, Any]) -> Thinking | None:
@@ -91,14 +70,14 @@ class Messages(WireApi):
         kind = _thinking_type(body)
         if kind in ("enabled", "disabled"):
             return "on" if kind == "enabled" else "off"
-        switch = _kwargs_thinking(body)
+        switch = kwargs_thinking(body)
         return None if switch is None else "on" if switch else "off"
 
     def facts(self, body: Mapping[str, Any]) -> RequestFacts:
         return RequestFacts(
             fingerprint=prompt_fingerprint(body), client_stream=body.get("stream") is True,
             thinking_disabled=(_thinking_type(body) == "disabled"
-                               or _kwargs_thinking(body) is False))
+                               or kwargs_thinking(body) is False))
 
     def expose_reasoning(self, body: Mapping[str, Any]) -> dict[str, Any] | None:
         """Nothing to expose: the Messages API has no field that hides reasoning."""
@@ -128,19 +107,6 @@ class Messages(WireApi):
             "chat_template_kwargs")
         if isinstance(kwargs, Mapping):
             out = deep_merge(out, {"chat_template_kwargs": kwargs})
-        return out
-
-    def first_body(self, body: Mapping[str, Any], facts: RequestFacts) -> dict[str, Any] | None:
-        return None if facts.client_stream else {**body, "stream": True}
-
-    def reissue_body(self, body: Mapping[str, Any], step: str, facts: RequestFacts, *,
-                     rules: Sequence[ThinkingOffRule], open_choices: int,
-                     reasoning: str = "") -> dict[str, Any]:
-        out = dict(body)
-        if step.startswith("fallback:"):
-            out["model"] = step.split(":", 1)[1]
-        out = self.thinking_off(out, rules)
-        out["stream"] = True
         return out
 
     # -- streams ---------------------------------------------------------------------

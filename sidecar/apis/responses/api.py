@@ -30,10 +30,11 @@ from typing import Any
 from sidecar.apis.responses.attempt import ResponsesAttempt
 from sidecar.apis.responses.fold import ResponseFold
 from sidecar.apis.responses.splice import ResponsesSplicer
+from sidecar.apis.sse_events import EventApi, content_text, kwargs_thinking
 from sidecar.config import Config, ThinkingOffRule
 from sidecar.core.attempt import Attempt, AttemptSpec
 from sidecar.core.bodies import deep_merge, prompt_fingerprint, thinking_off_patch
-from sidecar.core.wire import CUT_NOTE, RequestFacts, Splicer, WireApi
+from sidecar.core.wire import CUT_NOTE, RequestFacts, Splicer
 from sidecar.dialects import Dialect
 from sidecar.errors import error_body
 from sidecar.labels import Thinking
@@ -43,28 +44,9 @@ from sidecar.policy.rules import RequestView
 _NO_NONE = ("gpt-oss",)
 
 
-def _text(content: Any) -> str:
-    """The text of an input item's ``content``: a string, or its text parts joined."""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return "\n".join(p["text"] for p in content
-                         if isinstance(p, Mapping) and isinstance(p.get("text"), str))
-    return ""
-
-
 def _effort(body: Mapping[str, Any]) -> Any:
     reasoning = body.get("reasoning")
     return reasoning.get("effort") if isinstance(reasoning, Mapping) else None
-
-
-def _kwargs_thinking(body: Mapping[str, Any]) -> bool | None:
-    kwargs = body.get("chat_template_kwargs")
-    if isinstance(kwargs, Mapping):
-        for key in ("enable_thinking", "thinking"):
-            if isinstance(kwargs.get(key), bool):
-                return bool(kwargs[key])
-    return None
 
 
 def _fingerprint_key(body: Mapping[str, Any]) -> dict[str, Any]:
@@ -73,13 +55,12 @@ def _fingerprint_key(body: Mapping[str, Any]) -> dict[str, Any]:
             "messages": body.get("input"), "tools": body.get("tools")}
 
 
-class Responses(WireApi):
+class Responses(EventApi):
     """``POST /v1/responses``."""
 
     name = "openai.responses"
     route = "responses"
     path = "/v1/responses"
-    stream_type = "text/event-stream"
 
     # -- reading a request -----------------------------------------------------------
 
@@ -93,9 +74,9 @@ class Responses(WireApi):
             last_user = items
         for item in items if isinstance(items, list) else ():
             if isinstance(item, Mapping) and item.get("role") in ("system", "developer"):
-                system = _text(item.get("content"))
+                system = content_text(item.get("content"))
             elif isinstance(item, Mapping) and item.get("role") == "user":
-                last_user = _text(item.get("content"))
+                last_user = content_text(item.get("content"))
         tools = body.get("tools")
         model = body.get("model")
         return RequestView(model if isinstance(model, str) else "", self.route, headers,
@@ -107,14 +88,14 @@ class Responses(WireApi):
         effort = _effort(body)
         if isinstance(effort, str):
             return "off" if effort == "none" else "on"
-        switch = _kwargs_thinking(body)
+        switch = kwargs_thinking(body)
         return None if switch is None else "on" if switch else "off"
 
     def facts(self, body: Mapping[str, Any]) -> RequestFacts:
         return RequestFacts(
             fingerprint=prompt_fingerprint(_fingerprint_key(body)),
             client_stream=body.get("stream") is True,
-            thinking_disabled=_effort(body) == "none" or _kwargs_thinking(body) is False,
+            thinking_disabled=_effort(body) == "none" or kwargs_thinking(body) is False,
             hide_reasoning=body.get("include_reasoning") is False,
             echo={"reasoning": body.get("reasoning")})
 
@@ -139,19 +120,6 @@ class Responses(WireApi):
         kwargs = thinking_off_patch(name, rules).get("chat_template_kwargs")
         if isinstance(kwargs, Mapping):
             out = deep_merge(out, {"chat_template_kwargs": kwargs})
-        return out
-
-    def first_body(self, body: Mapping[str, Any], facts: RequestFacts) -> dict[str, Any] | None:
-        return None if facts.client_stream else {**body, "stream": True}
-
-    def reissue_body(self, body: Mapping[str, Any], step: str, facts: RequestFacts, *,
-                     rules: Sequence[ThinkingOffRule], open_choices: int,
-                     reasoning: str = "") -> dict[str, Any]:
-        out = dict(body)
-        if step.startswith("fallback:"):
-            out["model"] = step.split(":", 1)[1]
-        out = self.thinking_off(out, rules)
-        out["stream"] = True
         return out
 
     # -- streams ---------------------------------------------------------------------
