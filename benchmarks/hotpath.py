@@ -42,6 +42,7 @@ from detectors import DetectorConfig
 from sidecar.apis import REGISTRY
 from sidecar.core.attempt import Attempt, AttemptSpec
 from sidecar.core.wire import WireApi
+from sidecar.dialects import DIALECTS
 from sidecar.simulator import SimulatorConfig, make_simulator_app
 
 
@@ -87,10 +88,10 @@ def _first_attempt(detectors: DetectorConfig, stop: bool) -> Attempt:
     no salvage step, so no reasoning is kept for one."""
     api, wire, _ = _API[0]
     facts = replace(wire.facts(request_body(api, "m", 1, "")), usage=False)
-    splicer = wire.splicer(facts, None, request_id="bench", model="m")
+    opened = wire.open(facts, DIALECTS["vllm"], request_id="bench", model="m")
     spec = AttemptSpec(number=0, detectors=detectors, started_at=0.0, exchange_started=0.0,
                        stop_on_verdict=stop, keep_reasoning=False)
-    return wire.attempt(spec, facts, splicer, None)
+    return opened.attempt(spec)
 
 
 def _end(attempt: Attempt, now: float) -> int:

@@ -37,13 +37,14 @@ def chunk_attempt(
     facts = RequestFacts(fingerprint="", client_stream=not aggregate, usage=client_usage,
                          continuous_usage=client_continuous_usage,
                          hide_reasoning=hide_reasoning)
-    fold = api.fold(facts, DIALECTS["vllm"])
-    splicer = api.splicer(facts, fold, request_id="test", model="m")
-    assert isinstance(splicer, ChunkSplicer)
-    splicer.head = head
+    opened = api.open(facts, DIALECTS["vllm"], request_id="test", model="m")
+    assert isinstance(opened.splicer, ChunkSplicer)
+    opened.splicer.head = head
     spec = AttemptSpec(number=number, detectors=detectors or DetectorConfig(),
                        started_at=started_at, exchange_started=started_at,
                        earlier=earlier or Totals(),
                        step=step, index_map=index_map or {},
                        stop_on_verdict=stop_on_verdict, keep_reasoning=keep_reasoning)
-    return ChunkAttempt(kind, spec, facts, splicer, fold)
+    attempt = opened.attempt(spec)
+    assert isinstance(attempt, ChunkAttempt)
+    return attempt

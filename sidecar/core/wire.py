@@ -15,7 +15,8 @@ format, so the request core and the I/O layer stay format-neutral:
   stream into format-neutral events and returns the bytes the client sees;
 - per exchange, a :class:`Splicer` that writes what the client sees of a cut (a marker,
   a closed reasoning block, the end of a response, an error), and for a non-streaming
-  client a :class:`Fold` that builds the one body it gets;
+  client a :class:`Fold` that builds the one body it gets; :meth:`WireApi.open` makes
+  the three of one exchange, each API with its own concrete types;
 - its error-body shape.
 
 What differs between upstream servers behind the same API (vLLM, llama.cpp, SGLang,
@@ -218,28 +219,13 @@ class WireApi(abc.ABC):
 
     # -- streams ---------------------------------------------------------------------
 
+    @abc.abstractmethod
     def open(self, facts: RequestFacts, dialect: Dialect, *, request_id: str,
              model: str | None) -> Opened:
-        """The parts of one exchange (``dialect``: the server behind, whose body layout a
-        fold may imitate)."""
-        fold = self.fold(facts, dialect)
-        splicer = self.splicer(facts, fold, request_id=request_id, model=model)
-        return Opened(splicer, fold, lambda spec: self.attempt(spec, facts, splicer, fold))
-
-    @abc.abstractmethod
-    def fold(self, facts: RequestFacts, dialect: Dialect) -> Fold | None:
-        """The body builder of a non-streaming client, or None for a streaming one
-        (``dialect``: the server behind, whose body layout it may imitate)."""
-
-    @abc.abstractmethod
-    def splicer(self, facts: RequestFacts, fold: Fold | None, *, request_id: str,
-                model: str | None) -> Splicer:
-        """The exchange's splicer."""
-
-    @abc.abstractmethod
-    def attempt(self, spec: AttemptSpec, facts: RequestFacts, splicer: Splicer,
-                fold: Fold | None) -> Attempt:
-        """One upstream attempt's decoder and bookkeeping."""
+        """The parts of one exchange: its splicer, the fold of a non-streaming client
+        (``dialect``: the server behind, whose body layout the fold may imitate), and the
+        maker of its attempts (``request_id`` and ``model``: what the sidecar's own
+        events name the response by)."""
 
     # -- history -----------------------------------------------------------------------
 

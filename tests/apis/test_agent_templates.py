@@ -34,11 +34,11 @@ def _attempt(api_name: str, *, stream: bool = True, templates: bool = True) -> A
     event in full (``templates=False``)."""
     api = next(a for a in REGISTRY if a.name == api_name)
     facts = api.facts(request_body(api, "sim-loop", stream=stream))
-    fold = api.fold(facts, DIALECTS["vllm"])
-    splicer = api.splicer(facts, fold, request_id="r", model="m")
+    opened = api.open(facts, DIALECTS["vllm"], request_id="r", model="m")
+    splicer = opened.splicer
     spec = AttemptSpec(0, DetectorConfig(), 0.0, 0.0)
     if templates:
-        return api.attempt(spec, facts, splicer, fold)
+        return opened.attempt(spec)
     if isinstance(splicer, MessagesSplicer):
         return MessagesAttempt(spec, splicer, None, templates=False)
     assert isinstance(splicer, ResponsesSplicer)

@@ -91,12 +91,12 @@ def test_splicer_lines_for_a_stream_and_for_a_fold() -> None:
     ``done: true`` line with done_reason length and the counters of every attempt, and an
     error line; for a non-streaming client the same lines go to its fold."""
     facts = OLLAMA_GENERATE.facts({"model": "asked"})
-    splicer = LineSplicer("generate", None, model="asked")
-    closed_block = OLLAMA_GENERATE.attempt(AttemptSpec(0, DetectorConfig(), 0.0, 0.0), facts,
-                                           splicer, None)
+    opened = OLLAMA_GENERATE.open(facts, DIALECTS["ollama"], request_id="r", model="asked")
+    splicer = opened.splicer
+    assert isinstance(splicer, LineSplicer)
+    closed_block = opened.attempt(AttemptSpec(0, DetectorConfig(), 0.0, 0.0))
     assert splicer.cut(closed_block, VERDICT, "reissue:no-think", 0, [0], wall=WALL) == b""
-    inline = OLLAMA_GENERATE.attempt(AttemptSpec(0, DetectorConfig(), 0.0, 0.0), facts,
-                                     splicer, None)
+    inline = opened.attempt(AttemptSpec(0, DetectorConfig(), 0.0, 0.0))
     inline.feed(orjson.dumps({"response": "<think>hm", "done": False}) + b"\n", 0.1)
     closed = orjson.loads(splicer.cut(inline, VERDICT, "reissue:no-think", 0, [0], wall=WALL))
     assert closed == {"model": "asked", "created_at": "2026-01-01T00:00:00Z",
@@ -108,10 +108,11 @@ def test_splicer_lines_for_a_stream_and_for_a_fold() -> None:
     assert (end["prompt_eval_count"], end["eval_count"], end["total_duration"]) == (
         5, 40, 2_000_000_000)
     assert splicer.error(UpstreamError("gone")) == b'{"error":"gone"}\n'
-    fold = Folder("chat")
-    folded = LineSplicer("chat", fold, model="asked")
-    chat = OLLAMA_CHAT.attempt(AttemptSpec(0, DetectorConfig(), 0.0, 0.0),
-                               OLLAMA_CHAT.facts({"stream": False}), folded, fold)
+    opened = OLLAMA_CHAT.open(OLLAMA_CHAT.facts({"stream": False}), DIALECTS["ollama"],
+                              request_id="r", model="asked")
+    folded, fold = opened.splicer, opened.fold
+    assert fold is not None
+    chat = opened.attempt(AttemptSpec(0, DetectorConfig(), 0.0, 0.0))
     chat.feed(orjson.dumps({"message": {"role": "assistant", "content": "<think>x"},
                             "done": False}) + b"\n", 0.1)
     assert folded.cut(chat, VERDICT, "reissue:no-think", 0, [0], wall=WALL) == b""
@@ -126,11 +127,11 @@ def test_a_reissue_line_carries_the_clients_model_and_summed_counters() -> None:
     """A reissue (on a fallback model) shows the first attempt's model; its last line adds
     the earlier attempts' tokens and wall time."""
     facts = OLLAMA_CHAT.facts({"model": "big"})
-    splicer = OLLAMA_CHAT.splicer(facts, None, request_id="r", model="big")
-    first = OLLAMA_CHAT.attempt(AttemptSpec(0, DetectorConfig(), 0.0, 0.0), facts, splicer, None)
+    opened = OLLAMA_CHAT.open(facts, DIALECTS["ollama"], request_id="r", model="big")
+    first = opened.attempt(AttemptSpec(0, DetectorConfig(), 0.0, 0.0))
     first.feed(line(message={"role": "assistant", "thinking": "x"}, done=False) + b"\n", 0.5)
     spec = AttemptSpec(1, DetectorConfig(), 2.0, 0.0, earlier=Totals(7, 30, 30), step="no-think")
-    reissue = OLLAMA_CHAT.attempt(spec, facts, splicer, None)
+    reissue = opened.attempt(spec)
     out = reissue.feed(orjson.dumps({"model": "small", "created_at": "t", "message": {
         "role": "assistant", "content": ""}, "done": True, "prompt_eval_count": 7,
         "eval_count": 3, "total_duration": 10, "eval_duration": 5}) + b"\n", 2.5)

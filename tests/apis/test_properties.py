@@ -28,18 +28,18 @@ def _run(api: WireApi, model: str, way: str, reads: Sequence[bytes]) -> tuple[An
     attempt of ``api``: the first attempt to a streaming client, a reissue after a cut
     first attempt (``reissue``), or a first attempt to a non-streaming client (``body``)."""
     facts = api.facts(request_body(api, model, stream=way != "body"))
-    fold = api.fold(facts, DIALECTS["vllm"])
-    splicer = api.splicer(facts, fold, request_id="r", model=model)
+    opened = api.open(facts, DIALECTS["vllm"], request_id="r", model=model)
+    fold = opened.fold
     earlier = Totals()
     number = 0
     if way == "reissue":  # a cut first attempt gives the splicer the client's identity
-        first = api.attempt(AttemptSpec(0, DetectorConfig(), 0.0, 0.0), facts, splicer, fold)
+        first = opened.attempt(AttemptSpec(0, DetectorConfig(), 0.0, 0.0))
         first.feed(recorded(api.name, "sim-loop"), 1.0)
         assert first.stopped
         earlier, number = first.totals(), 1
     spec = AttemptSpec(number, DetectorConfig(), 1.0, 0.0, earlier=earlier,
                        step="no-think" if number else "original", index_map={0: 0})
-    attempt = api.attempt(spec, facts, splicer, fold)
+    attempt = opened.attempt(spec)
     out = b""
     for read in reads:
         out += attempt.feed(read, 2.0)

@@ -31,9 +31,8 @@ from sidecar.apis.messages.fold import MessageFold
 from sidecar.apis.messages.splice import MARK_PREFIX, MessagesSplicer, error_object
 from sidecar.apis.sse_events import EventApi, content_text, kwargs_thinking
 from sidecar.config import Config, ThinkingOffRule
-from sidecar.core.attempt import Attempt, AttemptSpec
 from sidecar.core.bodies import deep_merge, prompt_fingerprint, thinking_off_patch
-from sidecar.core.wire import CUT_NOTE, RequestFacts, Splicer
+from sidecar.core.wire import CUT_NOTE, Opened, RequestFacts
 from sidecar.dialects import Dialect
 from sidecar.labels import Thinking
 from sidecar.policy.rules import RequestView
@@ -111,17 +110,11 @@ class Messages(EventApi):
 
     # -- streams ---------------------------------------------------------------------
 
-    def fold(self, facts: RequestFacts, dialect: Dialect) -> MessageFold | None:
-        return None if facts.client_stream else MessageFold()
-
-    def splicer(self, facts: RequestFacts, fold: Any, *, request_id: str,
-                model: str | None) -> MessagesSplicer:
-        return MessagesSplicer(fold, request_id=request_id, model=model)
-
-    def attempt(self, spec: AttemptSpec, facts: RequestFacts, splicer: Splicer,
-                fold: Any) -> Attempt:
-        assert isinstance(splicer, MessagesSplicer)
-        return MessagesAttempt(spec, splicer, fold)
+    def open(self, facts: RequestFacts, dialect: Dialect, *, request_id: str,
+             model: str | None) -> Opened:
+        fold = None if facts.client_stream else MessageFold()
+        splicer = MessagesSplicer(fold, request_id=request_id, model=model)
+        return Opened(splicer, fold, lambda spec: MessagesAttempt(spec, splicer, fold))
 
     # -- history -----------------------------------------------------------------------
 

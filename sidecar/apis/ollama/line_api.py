@@ -13,9 +13,8 @@ from sidecar.apis.ollama.attempt import LineAttempt
 from sidecar.apis.ollama.fold import Folder
 from sidecar.apis.ollama.splice import LineSplicer
 from sidecar.config import Config, ThinkingOffRule
-from sidecar.core.attempt import Attempt, AttemptSpec
 from sidecar.core.bodies import prompt_fingerprint, thinking_disabled, with_thinking_off
-from sidecar.core.wire import RequestFacts, Splicer, WireApi
+from sidecar.core.wire import Opened, RequestFacts, WireApi
 from sidecar.dialects import Dialect
 from sidecar.labels import Thinking
 from sidecar.policy.rules import RequestView
@@ -61,17 +60,12 @@ class LineApi(WireApi):
         model = step.split(":", 1)[1] if step.startswith("fallback:") else None
         return lines.no_think_body(body, rules, model=model)
 
-    def fold(self, facts: RequestFacts, dialect: Dialect) -> Folder | None:
-        return None if facts.client_stream else Folder(self.kind)
-
-    def splicer(self, facts: RequestFacts, fold: Any, *, request_id: str,
-                model: str | None) -> LineSplicer:
-        return LineSplicer(self.kind, fold, model=model)
-
-    def attempt(self, spec: AttemptSpec, facts: RequestFacts, splicer: Splicer,
-                fold: Any) -> Attempt:
-        assert isinstance(splicer, LineSplicer)
-        return LineAttempt(self.kind, spec, splicer, fold)
+    def open(self, facts: RequestFacts, dialect: Dialect, *, request_id: str,
+             model: str | None) -> Opened:
+        kind = self.kind
+        fold = None if facts.client_stream else Folder(kind)
+        splicer = LineSplicer(kind, fold, model=model)
+        return Opened(splicer, fold, lambda spec: LineAttempt(kind, spec, splicer, fold))
 
     def error_body(self, status: int, message: str, error_type: str,
                    param: str | None = None) -> bytes:

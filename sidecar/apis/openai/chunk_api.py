@@ -12,9 +12,8 @@ from sidecar.apis.openai.chunks import ChunkKind
 from sidecar.apis.openai.fold import Aggregator
 from sidecar.apis.openai.splice import ChunkSplicer
 from sidecar.config import Config, ThinkingOffRule
-from sidecar.core.attempt import Attempt, AttemptSpec
 from sidecar.core.bodies import with_thinking_off
-from sidecar.core.wire import RequestFacts, Splicer, WireApi
+from sidecar.core.wire import Opened, RequestFacts, WireApi
 from sidecar.dialects import Dialect
 from sidecar.errors import error_body
 from sidecar.labels import Thinking
@@ -60,20 +59,13 @@ class ChunkApi(WireApi):
         return requests.no_think_body(body, rules, client_stream=facts.client_stream,
                                       open_choices=open_choices, model=model)
 
-    def fold(self, facts: RequestFacts, dialect: Dialect) -> Aggregator | None:
-        if facts.client_stream:
-            return None
-        return Aggregator(self.kind, hide_reasoning=facts.hide_reasoning,
-                          layout=dialect.body_layout)
-
-    def splicer(self, facts: RequestFacts, fold: Any, *, request_id: str,
-                model: str | None) -> ChunkSplicer:
-        return ChunkSplicer(self.kind, fold, request_id=request_id, model=model)
-
-    def attempt(self, spec: AttemptSpec, facts: RequestFacts, splicer: Splicer,
-                fold: Any) -> Attempt:
-        assert isinstance(splicer, ChunkSplicer)
-        return ChunkAttempt(self.kind, spec, facts, splicer, fold)
+    def open(self, facts: RequestFacts, dialect: Dialect, *, request_id: str,
+             model: str | None) -> Opened:
+        kind = self.kind
+        fold = None if facts.client_stream else Aggregator(
+            kind, hide_reasoning=facts.hide_reasoning, layout=dialect.body_layout)
+        splicer = ChunkSplicer(kind, fold, request_id=request_id, model=model)
+        return Opened(splicer, fold, lambda spec: ChunkAttempt(kind, spec, facts, splicer, fold))
 
     def error_body(self, status: int, message: str, error_type: str,
                    param: str | None = None) -> bytes:

@@ -32,9 +32,8 @@ from sidecar.apis.responses.fold import ResponseFold
 from sidecar.apis.responses.splice import ResponsesSplicer
 from sidecar.apis.sse_events import EventApi, content_text, kwargs_thinking
 from sidecar.config import Config, ThinkingOffRule
-from sidecar.core.attempt import Attempt, AttemptSpec
 from sidecar.core.bodies import deep_merge, prompt_fingerprint, thinking_off_patch
-from sidecar.core.wire import CUT_NOTE, RequestFacts, Splicer
+from sidecar.core.wire import CUT_NOTE, Opened, RequestFacts
 from sidecar.dialects import Dialect
 from sidecar.errors import error_body
 from sidecar.labels import Thinking
@@ -124,18 +123,12 @@ class Responses(EventApi):
 
     # -- streams ---------------------------------------------------------------------
 
-    def fold(self, facts: RequestFacts, dialect: Dialect) -> ResponseFold | None:
-        return None if facts.client_stream else ResponseFold()
-
-    def splicer(self, facts: RequestFacts, fold: Any, *, request_id: str,
-                model: str | None) -> ResponsesSplicer:
-        return ResponsesSplicer(fold, request_id=request_id, model=model, echo=facts.echo,
-                                hide=facts.hide_reasoning)
-
-    def attempt(self, spec: AttemptSpec, facts: RequestFacts, splicer: Splicer,
-                fold: Any) -> Attempt:
-        assert isinstance(splicer, ResponsesSplicer)
-        return ResponsesAttempt(spec, splicer, fold)
+    def open(self, facts: RequestFacts, dialect: Dialect, *, request_id: str,
+             model: str | None) -> Opened:
+        fold = None if facts.client_stream else ResponseFold()
+        splicer = ResponsesSplicer(fold, request_id=request_id, model=model, echo=facts.echo,
+                                   hide=facts.hide_reasoning)
+        return Opened(splicer, fold, lambda spec: ResponsesAttempt(spec, splicer, fold))
 
     # -- history -----------------------------------------------------------------------
 
