@@ -6,18 +6,16 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from detectors import DetectorConfig
-from sidecar.apis.openai.attempt import ChunkAttempt
-from sidecar.apis.openai.chat import CHAT
-from sidecar.apis.openai.chunk_api import ChunkApi
+from sidecar.apis.openai.api import CHAT, COMPLETIONS, OpenAIApi
+from sidecar.apis.openai.attempt import OpenAIAttempt
 from sidecar.apis.openai.chunks import ChunkKind
-from sidecar.apis.openai.completions import COMPLETIONS
-from sidecar.apis.openai.splice import ChunkSplicer, Head
+from sidecar.apis.openai.splice import Head, OpenAISplicer
 from sidecar.core.attempt import AttemptSpec, Totals
 from sidecar.core.wire import RequestFacts
 from sidecar.dialects import DIALECTS
 
 
-def chunk_api(kind: ChunkKind) -> ChunkApi:
+def chunk_api(kind: ChunkKind) -> OpenAIApi:
     """The OpenAI API of chunk kind ``kind``."""
     return CHAT if kind == "chat" else COMPLETIONS
 
@@ -29,7 +27,7 @@ def chunk_attempt(
     earlier: Totals | None = None, stop_on_verdict: bool = True, keep_reasoning: bool = True,
     hide_reasoning: bool = False, client_usage: bool = False,
     client_continuous_usage: bool = False, step: str = "original",
-) -> ChunkAttempt:
+) -> OpenAIAttempt:
     """One chat-completions or completions attempt: to a streaming client, or with
     ``aggregate`` to a non-streaming one (its aggregator is ``attempt.aggregator``); a
     reissue (``number`` > 0) rewrites to ``head``."""
@@ -38,7 +36,7 @@ def chunk_attempt(
                          continuous_usage=client_continuous_usage,
                          hide_reasoning=hide_reasoning)
     opened = api.open(facts, DIALECTS["vllm"], request_id="test", model="m")
-    assert isinstance(opened.splicer, ChunkSplicer)
+    assert isinstance(opened.splicer, OpenAISplicer)
     opened.splicer.head = head
     spec = AttemptSpec(number=number, detectors=detectors or DetectorConfig(),
                        started_at=started_at, exchange_started=started_at,
@@ -46,5 +44,5 @@ def chunk_attempt(
                        step=step, index_map=index_map or {},
                        stop_on_verdict=stop_on_verdict, keep_reasoning=keep_reasoning)
     attempt = opened.attempt(spec)
-    assert isinstance(attempt, ChunkAttempt)
+    assert isinstance(attempt, OpenAIAttempt)
     return attempt

@@ -1,18 +1,30 @@
-"""The client-facing generating APIs the sidecar watches, one module each, and their
+"""The client-facing generating APIs the sidecar watches, one package each, and their
 registry. ``sidecar.core.wire`` states the interface every API implements.
 
-Adding an API is one new module with a :class:`~sidecar.core.wire.WireApi` instance,
-listed in :data:`REGISTRY`: the app registers a route for each entry, and everything
-format-specific stays in the module.
+Every package has the same four modules, one role each: ``api.py`` (the
+:class:`~sidecar.core.wire.WireApi`: reading a request, the bodies sent upstream, the
+history, and ``open`` for one exchange's parts), ``attempt.py`` (an upstream attempt's
+decoder), ``splice.py`` (the splicer: what the client sees of a cut) and ``fold.py`` (the
+body of a non-streaming client); its ``__init__.py`` holds only its docstring. The
+classes are named for the package (``MessagesApi``, ``MessagesAttempt``,
+``MessagesSplicer``, ``MessagesFold``). ``openai`` has a fifth, ``chunks.py``: its chunk
+decoder, which with the attempt would pass the 450-line bound.
+
+An API that streams SSE named events builds on ``sse_events.py`` (its attempt, splicer,
+fold and bodies; ``templates.py`` for the learned delta events), so that only its tables
+and what is its own are left to write.
+
+Adding an API is one new package of those four modules and its ``__init__.py``, and
+one entry in :data:`REGISTRY` (with its import): the app registers a route for each
+entry. Its requests are counted under a ``route`` label of ``sidecar.labels.WatchedRoute``;
+a family of requests none of those names would add one word there.
 """
 
 from __future__ import annotations
 
 from sidecar.apis.messages.api import MESSAGES
-from sidecar.apis.ollama.chat import OLLAMA_CHAT
-from sidecar.apis.ollama.generate import OLLAMA_GENERATE
-from sidecar.apis.openai.chat import CHAT
-from sidecar.apis.openai.completions import COMPLETIONS
+from sidecar.apis.ollama.api import OLLAMA_CHAT, OLLAMA_GENERATE
+from sidecar.apis.openai.api import CHAT, COMPLETIONS
 from sidecar.apis.responses.api import RESPONSES
 from sidecar.core.wire import WireApi
 

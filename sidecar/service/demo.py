@@ -36,7 +36,7 @@ from prometheus_client import CollectorRegistry
 
 from sidecar import __version__
 from sidecar.apis.messages.api import MESSAGES
-from sidecar.apis.openai.chat import CHAT
+from sidecar.apis.openai.api import CHAT
 from sidecar.apis.responses.api import RESPONSES
 from sidecar.config import Config
 from sidecar.core.wire import WireApi

@@ -9,11 +9,10 @@ import orjson
 import pytest
 
 from detectors import DetectorConfig, Evidence, Verdict
-from sidecar.apis.ollama.chat import OLLAMA_CHAT
-from sidecar.apis.ollama.fold import Folder
-from sidecar.apis.ollama.generate import OLLAMA_GENERATE
-from sidecar.apis.ollama.lines import LineModel, no_think_body, summed_final
-from sidecar.apis.ollama.splice import LineSplicer
+from sidecar.apis.ollama.api import OLLAMA_CHAT, OLLAMA_GENERATE, no_think_body
+from sidecar.apis.ollama.attempt import LineModel
+from sidecar.apis.ollama.fold import OllamaFold
+from sidecar.apis.ollama.splice import OllamaSplicer, summed_final
 from sidecar.core.attempt import AttemptSpec, Totals
 from sidecar.core.events import Finish, MalformedChunk, StreamError, TextDelta, ToolCallDelta, Usage
 from sidecar.core.wire import Body
@@ -72,7 +71,7 @@ def test_an_error_line_is_a_stream_error() -> None:
 def test_the_fold_joins_text_and_keeps_the_last_line() -> None:
     """A non-streaming body: the last line's fields, the text and thinking joined, tool
     calls gathered; an error line makes it a 500 with the error."""
-    fold = Folder("chat")
+    fold = OllamaFold("chat")
     fold.add(orjson.loads(line(message={"role": "assistant", "thinking": "a"}, done=False)))
     fold.add(orjson.loads(line(message={"role": "assistant", "content": "b"}, done=False)))
     fold.add(orjson.loads(line(message={"role": "assistant", "content": "c"}, done=True,
@@ -93,7 +92,7 @@ def test_splicer_lines_for_a_stream_and_for_a_fold() -> None:
     facts = OLLAMA_GENERATE.facts({"model": "asked"})
     opened = OLLAMA_GENERATE.open(facts, DIALECTS["ollama"], request_id="r", model="asked")
     splicer = opened.splicer
-    assert isinstance(splicer, LineSplicer)
+    assert isinstance(splicer, OllamaSplicer)
     closed_block = opened.attempt(AttemptSpec(0, DetectorConfig(), 0.0, 0.0))
     assert splicer.cut(closed_block, VERDICT, "reissue:no-think", 0, [0], wall=WALL) == b""
     inline = opened.attempt(AttemptSpec(0, DetectorConfig(), 0.0, 0.0))

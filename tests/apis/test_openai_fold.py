@@ -7,14 +7,14 @@ from pathlib import Path
 import orjson
 import pytest
 
-from sidecar.apis.openai.fold import Aggregator
+from sidecar.apis.openai.fold import OpenAIFold
 from sidecar.codecs.sse import SSEDecoder
 
 CAPTURES = Path(__file__).parent.parent / "data" / "captures" / "vllm-0.32.0"
 
 
 def aggregate(name: str) -> bytes:
-    agg = Aggregator("chat")
+    agg = OpenAIFold("chat")
     for ev in SSEDecoder().feed((CAPTURES / name).read_bytes()):
         assert ev.data is not None
         if ev.data == b"[DONE]":
@@ -55,7 +55,7 @@ def test_thinking_off_body_matches_vllm() -> None:
 
 def test_tool_calls_are_merged() -> None:
     """Streamed tool-call fragments merge into complete calls."""
-    agg = Aggregator("chat")
+    agg = OpenAIFold("chat")
     frags = [{"index": 0, "id": "call_1", "type": "function",
               "function": {"name": "get", "arguments": "{\"a\""}},
              {"index": 0, "function": {"arguments": ": 1}"}}]
@@ -73,7 +73,7 @@ LLAMACPP = Path(__file__).parent.parent / "data" / "captures" / "llama.cpp"
 
 def aggregate_llamacpp(name: str) -> bytes:
     """A llama-server stream capture folded into a llama.cpp-layout body."""
-    agg = Aggregator("chat", layout="llamacpp")
+    agg = OpenAIFold("chat", layout="llamacpp")
     for ev in SSEDecoder().feed((LLAMACPP / name).read_bytes()):
         assert ev.data is not None
         if ev.data == b"[DONE]":
@@ -108,7 +108,7 @@ def test_llamacpp_layout_matches_llama_server(stream: str, body: str) -> None:
 def test_llamacpp_layout_when_every_attempt_was_cut() -> None:
     """A body whose usage the sidecar made up (every attempt cut) keeps llama.cpp's key
     order, and hidden reasoning is left out rather than null."""
-    agg = Aggregator("chat", hide_reasoning=True, layout="llamacpp")
+    agg = OpenAIFold("chat", hide_reasoning=True, layout="llamacpp")
     agg.add({"choices": [{"finish_reason": None, "index": 0,
                           "delta": {"role": "assistant", "content": None}}],
              "created": 1, "id": "chatcmpl-x", "model": "m", "system_fingerprint": "b1",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sidecar.apis.openai.requests import no_think_body, salvage_body
+from sidecar.apis.openai.api import no_think_body, salvage_body
 from sidecar.config import DEFAULT_THINKING_OFF_RULES
 from sidecar.core.bodies import (
     deep_merge,

@@ -6,8 +6,8 @@ from __future__ import annotations
 import orjson
 
 from detectors import Evidence, Verdict
-from sidecar.apis.openai.fold import Aggregator
-from sidecar.apis.openai.splice import ChunkSplicer, Head, rewrite
+from sidecar.apis.openai.fold import OpenAIFold
+from sidecar.apis.openai.splice import Head, OpenAISplicer, rewrite
 from sidecar.core.attempt import Totals, text_mark
 from sidecar.errors import UpstreamTimeoutError
 from tests.attempts import chunk_attempt
@@ -25,7 +25,7 @@ def events(data: bytes) -> list[bytes]:
 def test_a_cut_marks_and_closes_inline_blocks() -> None:
     """A cut writes one comment line and, for each choice left inside an inline <think>,
     a content chunk that closes it, under the first attempt's identity."""
-    splicer = ChunkSplicer("chat", None, request_id="r", model="m")
+    splicer = OpenAISplicer("chat", None, request_id="r", model="m")
     splicer.head = Head("chatcmpl-1", 7, "served", "chat")
     attempt = chunk_attempt("chat")
     attempt.feed(b'data: {"id":"c","choices":[{"index":1,"delta":{"content":"<think>x"}}]}\n\n'
@@ -41,17 +41,17 @@ def test_a_cut_marks_and_closes_inline_blocks() -> None:
 def test_a_cut_before_any_chunk_makes_the_identity_from_the_request() -> None:
     """No chunk arrived before the cut: the id is made from the request id (``chatcmpl-``
     or ``cmpl-``), ``created`` is the time of the cut, the model the requested one."""
-    chat = ChunkSplicer("chat", None, request_id="abc", model="qwen3")
+    chat = OpenAISplicer("chat", None, request_id="abc", model="qwen3")
     chat.cut(chunk_attempt("chat"), VERDICT, "reissue:no-think", 0, [], wall=WALL)
     assert chat.head == Head("chatcmpl-abc", int(WALL), "qwen3", "chat")
-    assert ChunkSplicer("completions", None, request_id="abc", model=None).ensure_head(
+    assert OpenAISplicer("completions", None, request_id="abc", model=None).ensure_head(
         WALL).id == "cmpl-abc"
 
 
 def test_the_end_of_a_stream() -> None:
     """The ladder's end: the marker, a ``length`` finish per open choice, the usage of
     every attempt when the client asked for usage, then [DONE]."""
-    splicer = ChunkSplicer("completions", None, request_id="r", model="m")
+    splicer = OpenAISplicer("completions", None, request_id="r", model="m")
     splicer.head = Head("cmpl-1", 7, "m", "completions")
     out = splicer.end(chunk_attempt("completions"), VERDICT, "finish", 1, [0, 2],
                       Totals(10, 50, 40), usage=True, elapsed=1.0, wall=WALL)
@@ -74,8 +74,8 @@ def test_the_end_of_a_stream() -> None:
 def test_a_non_streaming_body_gets_the_same_end_and_no_marker() -> None:
     """With a fold, the cut writes nothing (no marker, no </think>: the body carries the
     X-Runaway headers) and the end sets the open choices' finish and the summed usage."""
-    fold = Aggregator("chat")
-    splicer = ChunkSplicer("chat", fold, request_id="r", model="qwen3")
+    fold = OpenAIFold("chat")
+    splicer = OpenAISplicer("chat", fold, request_id="r", model="qwen3")
     attempt = chunk_attempt("chat", aggregate=True)
     assert splicer.cut(attempt, VERDICT, "reissue:no-think", 0, [0], wall=WALL) == b""
     assert splicer.end(attempt, VERDICT, "finish", 1, [0], Totals(3, 8, 8), usage=True,
@@ -88,7 +88,7 @@ def test_a_non_streaming_body_gets_the_same_end_and_no_marker() -> None:
 
 def test_an_error_after_the_response_started() -> None:
     """An error event with vLLM's error object, then [DONE]."""
-    out = ChunkSplicer("chat", None, request_id="r", model="m").error(
+    out = OpenAISplicer("chat", None, request_id="r", model="m").error(
         UpstreamTimeoutError("no bytes from upstream for 5 s"))
     first, done = events(out)
     assert orjson.loads(first[6:]) == {"error": {
@@ -115,7 +115,7 @@ def test_rewrite_maps_identity_and_choices() -> None:
 def test_each_cut_marks_the_reasoning_each_choice_holds() -> None:
     """A cut marks what each client choice got of reasoning so far, the way a client
     sending it back is recognized: by its length and first characters."""
-    splicer = ChunkSplicer("chat", None, request_id="r", model="m")
+    splicer = OpenAISplicer("chat", None, request_id="r", model="m")
     attempt = chunk_attempt("chat")
     pieces = ["Let me think. ", "Hmm, again. " * 40]
     for piece in pieces:

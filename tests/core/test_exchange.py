@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import orjson
 
-from sidecar.apis.openai.chat import CHAT
+from sidecar.apis.openai.api import CHAT
 from sidecar.config import Config
 from sidecar.core.exchange import MAX_WATCHED_CHOICES, Exchange, watchable
 

@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 
 from detectors import DetectorConfig
-from sidecar.apis.ollama.chat import OLLAMA_CHAT
-from sidecar.apis.openai.chat import CHAT
+from sidecar.apis.ollama.api import OLLAMA_CHAT
+from sidecar.apis.openai.api import CHAT
 from sidecar.config import Config, ModelOverride, PolicyConfig, PolicyRule
 from sidecar.core.plan import Plan, Refusal, plan
 from sidecar.core.wire import WireApi

@@ -10,10 +10,10 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient
 
 from detectors import Evidence, Verdict
-from sidecar.apis.ollama.chat import OLLAMA_CHAT
-from sidecar.apis.ollama.fold import Folder
-from sidecar.apis.openai.chat import CHAT
-from sidecar.apis.openai.fold import Aggregator
+from sidecar.apis.ollama.api import OLLAMA_CHAT
+from sidecar.apis.ollama.fold import OllamaFold
+from sidecar.apis.openai.api import CHAT
+from sidecar.apis.openai.fold import OpenAIFold
 from sidecar.config import Config
 from sidecar.core.exchange import Exchange
 from sidecar.core.wire import WireApi
@@ -89,7 +89,7 @@ async def test_a_body_from_the_fold_with_the_runaway_headers(aiohttp_client: Cli
     """A non-streaming client gets the fold's body as application/json, the upstream's
     other headers, and X-Runaway-* when a cut happened (the action the last cut named)."""
     async def run(request: web.Request) -> web.StreamResponse:
-        fold = Aggregator("chat")
+        fold = OpenAIFold("chat")
         fold.add({"id": "c", "created": 1, "model": "m", "choices": [
             {"index": 0, "delta": {"content": "ok"}, "finish_reason": "stop"}]})
         sink = BodySink(CHAT, fold)
@@ -114,7 +114,7 @@ async def test_a_folded_error_line_is_a_500(aiohttp_client: Client) -> None:
     """Ollama's body when the stream ended with an error line: a 500 with the error; a
     healthy Ollama body is application/json with charset utf-8, as Ollama sends it."""
     async def run(request: web.Request) -> web.StreamResponse:
-        fold = Folder("chat")
+        fold = OllamaFold("chat")
         fold.add({"model": "m", "message": {"role": "assistant", "content": "x"}, "done": True})
         if request.query.get("error"):
             fold.add({"error": "gone"})

@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from sidecar.apis.openai.chat import CHAT
+from sidecar.apis.openai.api import CHAT
 from sidecar.config import PolicyRule
 from sidecar.policy.adaptive import AdaptiveBudgets
 from sidecar.policy.rules import Policy, RequestView, header_thinking, rules_of

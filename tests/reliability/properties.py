@@ -15,9 +15,9 @@ from typing import Any
 import orjson
 
 from detectors import DetectorConfig
+from sidecar.apis.openai.api import no_think_body, salvage_body, watched_body
 from sidecar.apis.openai.chunks import ChunkKind, StreamModel
-from sidecar.apis.openai.fold import Aggregator
-from sidecar.apis.openai.requests import no_think_body, salvage_body, watched_body
+from sidecar.apis.openai.fold import OpenAIFold
 from sidecar.apis.openai.splice import Head
 from sidecar.codecs.http1 import ProtocolError, ResponseHead, ResponseReader
 from sidecar.codecs.sse import SSEDecoder, SSEError
@@ -28,7 +28,7 @@ from sidecar.core.events import MalformedChunk
 from sidecar.errors import UpstreamProtocolError
 from tests.attempts import chunk_attempt
 
-# Fields a reissue may change (sidecar/apis/openai/requests.py's docstring), besides the top-level
+# Fields a reissue may change (sidecar/apis/openai/api.py's docstring), besides the top-level
 # keys of the matching thinking-off rule.
 NO_THINK_FIELDS = frozenset({"stream", "stream_options", "n", "model"})
 SALVAGE_FIELDS = frozenset({"stream", "stream_options", "messages", "continue_final_message",
@@ -139,7 +139,7 @@ def check_aggregator(route: ChunkKind, chunks: Sequence[Any]) -> bytes:
     """Every chunk the stream model accepts folds into the aggregator, and ``body()`` is
     a JSON object."""
     model = StreamModel(route)
-    agg = Aggregator(route)
+    agg = OpenAIFold(route)
     for chunk in chunks:
         try:
             model.feed(orjson.dumps(chunk))

@@ -27,7 +27,7 @@ from typing import Any
 import orjson
 
 from sidecar.apis.messages.attempt import MessagesAttempt
-from sidecar.apis.messages.fold import MessageFold
+from sidecar.apis.messages.fold import MessagesFold
 from sidecar.apis.messages.splice import MARK_PREFIX, MessagesSplicer, error_object
 from sidecar.apis.sse_events import EventApi, content_text, kwargs_thinking
 from sidecar.config import Config, ThinkingOffRule
@@ -43,7 +43,7 @@ def _thinking_type(body: Mapping[str, Any]) -> Any:
     return thinking.get("type") if isinstance(thinking, Mapping) else None
 
 
-class Messages(EventApi):
+class MessagesApi(EventApi):
     """``POST /v1/messages``."""
 
     name = "anthropic.messages"
@@ -112,7 +112,7 @@ class Messages(EventApi):
 
     def open(self, facts: RequestFacts, dialect: Dialect, *, request_id: str,
              model: str | None) -> Opened:
-        fold = None if facts.client_stream else MessageFold()
+        fold = None if facts.client_stream else MessagesFold()
         splicer = MessagesSplicer(fold, request_id=request_id, model=model)
         return Opened(splicer, fold, lambda spec: MessagesAttempt(spec, splicer, fold))
 
@@ -160,4 +160,4 @@ def _is_cut(block: Any, cut: set[str]) -> bool:
             and block.get("signature") in cut)
 
 
-MESSAGES = Messages()
+MESSAGES = MessagesApi()

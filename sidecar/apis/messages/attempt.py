@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from detectors.base import CONTENT, THINKING, Channel
-from sidecar.apis.messages.fold import MessageFold
+from sidecar.apis.messages.fold import MessagesFold
 from sidecar.apis.messages.splice import MessagesSplicer
 from sidecar.apis.sse_events import EventAttempt
 from sidecar.core.attempt import AttemptSpec
@@ -53,7 +53,7 @@ class MessagesAttempt(EventAttempt):
     TEMPLATED = frozenset({"content_block_delta"})
 
     def __init__(self, spec: AttemptSpec, splicer: MessagesSplicer,
-                 fold: MessageFold | None, *, templates: bool = True) -> None:
+                 fold: MessagesFold | None, *, templates: bool = True) -> None:
         super().__init__(spec, splicer, fold, templates=templates)
         self._prompt = 0
 

@@ -28,7 +28,7 @@ class _Block:
         self.signature: str | None = None
 
 
-class MessageFold(EventFold):
+class MessagesFold(EventFold):
     """Accumulates the events of one (possibly spliced) message."""
 
     def __init__(self) -> None:

@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from detectors import Verdict
-from sidecar.apis.messages.fold import MessageFold
+from sidecar.apis.messages.fold import MessagesFold
 from sidecar.apis.openai.splice import comment
 from sidecar.apis.sse_events import EventSplicer, encode, token_count
 from sidecar.core.attempt import Attempt, Totals
@@ -62,7 +62,7 @@ class MessagesSplicer(EventSplicer):
     """The splicer of one Messages exchange (see the module docstring). ``seen`` is fed
     every event the client gets that opens, closes or frames a block or the message."""
 
-    def __init__(self, fold: MessageFold | None, *, request_id: str, model: str | None) -> None:
+    def __init__(self, fold: MessagesFold | None, *, request_id: str, model: str | None) -> None:
         super().__init__(fold, request_id=request_id, model=model)
         self.started = False
         #: Blocks the client has (the next client index).

@@ -4,15 +4,18 @@ would have seen (pure)."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Literal
 
 import orjson
 
-from sidecar.apis.ollama.lines import LineKind
 from sidecar.core.wire import Body, Fold
 
+#: The two native APIs: ``/api/chat`` (text in ``message``) and ``/api/generate`` (text at
+#: the top level). Every part of this package reads it.
+LineKind = Literal["chat", "generate"]
 
-class Folder(Fold):
+
+class OllamaFold(Fold):
     """Folds the NDJSON lines a streaming client would have seen into the single JSON
     object of a ``"stream": false`` response (what Ollama itself returns)."""
 

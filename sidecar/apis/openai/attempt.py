@@ -1,14 +1,14 @@
 """One upstream attempt of an OpenAI chat-completions or completions request, watched:
 SSE bytes in, the bytes the client sees and a verdict out (pure).
 
-``ChunkAttempt.feed(chunk, now)`` decodes SSE, turns each event into stream events, feeds
+``OpenAIAttempt.feed(chunk, now)`` decodes SSE, turns each event into stream events, feeds
 the text of every choice to that choice's detector chain (``sidecar.core.attempt``), and
 returns the bytes the client should receive for this chunk:
 
 - the first attempt forwards the upstream's original event bytes unchanged;
 - a reissue's chunks are rewritten to the client's ``Head`` (id, created, model) and its
   choice indices mapped back (``sidecar.apis.openai.splice``);
-- a non-streaming client gets nothing here: chunks go to its ``Aggregator`` instead.
+- a non-streaming client gets nothing here: chunks go to its ``OpenAIFold`` instead.
 """
 
 from __future__ import annotations
@@ -17,11 +17,11 @@ from typing import Any
 
 from detectors.base import THINKING
 from sidecar.apis.openai.chunks import ChunkKind, StreamModel
-from sidecar.apis.openai.fold import Aggregator
+from sidecar.apis.openai.fold import OpenAIFold
 from sidecar.apis.openai.splice import (
     DONE_EVENT,
-    ChunkSplicer,
     Head,
+    OpenAISplicer,
     event,
     rewrite,
     strip_reasoning,
@@ -33,11 +33,11 @@ from sidecar.core.wire import RequestFacts
 from sidecar.errors import UpstreamProtocolError
 
 
-class ChunkAttempt(Attempt):
+class OpenAIAttempt(Attempt):
     """State of one upstream request of a chat-completions or completions request."""
 
     def __init__(self, kind: ChunkKind, spec: AttemptSpec, facts: RequestFacts,
-                 splicer: ChunkSplicer, fold: Aggregator | None) -> None:
+                 splicer: OpenAISplicer, fold: OpenAIFold | None) -> None:
         # Forwarded verbatim (a first attempt to a streaming client that sees reasoning):
         # nothing reads the parsed chunk after its head, so the model may skip parsing
         # all of a chunk whose shape it has learned. What every event reads is set first
@@ -165,7 +165,7 @@ class ChunkAttempt(Attempt):
             return raw
         usage = chunk.get("usage")
         if isinstance(usage, dict):
-            # Reissues stream with cumulative usage (see requests.reissue_body); the client
+            # Reissues stream with cumulative usage (see ``api.no_think_body``); the client
             # sees usage only where it asked for it, summed over all attempts.
             if chunk.get("choices"):
                 if self.client_continuous_usage:

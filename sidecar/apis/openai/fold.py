@@ -11,8 +11,8 @@ after ``usage``, and the last attempt's ``timings``.
 The sidecar sends non-streaming watched requests upstream as streams (with
 ``include_usage``) so it can watch them; the client still gets a ``chat.completion`` or
 ``text_completion`` object with vLLM 0.32's field order and nulls (see
-``tests/data/captures``). ``Aggregator.add(chunk)`` takes every parsed chunk;
-``Aggregator.body()`` serializes the result.
+``tests/data/captures``). ``OpenAIFold.add(chunk)`` takes every parsed chunk;
+``OpenAIFold.body()`` serializes the result.
 """
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ class _ChoiceAcc:
         self.token_ids: list[int] | None = None
 
 
-class Aggregator(Fold):
+class OpenAIFold(Fold):
     """Accumulates the chunks of one (possibly spliced) response, for the body ``layout``
     of the server behind (``sidecar.dialects.Dialect.body_layout``)."""
 

@@ -19,7 +19,7 @@ import orjson
 
 from detectors import Verdict
 from sidecar.apis.openai.chunks import ChunkKind
-from sidecar.apis.openai.fold import Aggregator
+from sidecar.apis.openai.fold import OpenAIFold
 from sidecar.core.attempt import MARK_HEAD, Attempt, Totals, reasoning_mark
 from sidecar.core.wire import Splicer
 from sidecar.errors import UpstreamError, upstream_error_body
@@ -150,19 +150,19 @@ def strip_reasoning(obj: dict[str, Any]) -> dict[str, Any] | None:
     return obj
 
 
-class ChunkSplicer(Splicer):
+class OpenAISplicer(Splicer):
     """The splicer of one chat-completions or completions exchange.
 
     ``head`` is the first attempt's identity, set by that attempt when its first chunk
     arrives; a cut before any chunk makes one from the request id. A streaming client
     sees the marker comment, a ``</think>`` for choices left inside an inline block, and
     at the end ``length`` finishes, the summed usage and ``[DONE]``; a non-streaming
-    client's :class:`Aggregator` gets the same finishes and usage (no marker and no
+    client's :class:`OpenAIFold` gets the same finishes and usage (no marker and no
     ``</think>``: its body carries ``X-Runaway-*`` headers instead). Each cut marks the
     reasoning each client choice holds so far (:func:`reasoning_mark`), which is what a
     client sends back as ``reasoning``/``reasoning_content`` in a later request."""
 
-    def __init__(self, kind: ChunkKind, fold: Aggregator | None, *, request_id: str,
+    def __init__(self, kind: ChunkKind, fold: OpenAIFold | None, *, request_id: str,
                  model: str | None) -> None:
         super().__init__()
         self.kind = kind

@@ -28,7 +28,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from sidecar.apis.responses.attempt import ResponsesAttempt
-from sidecar.apis.responses.fold import ResponseFold
+from sidecar.apis.responses.fold import ResponsesFold
 from sidecar.apis.responses.splice import ResponsesSplicer
 from sidecar.apis.sse_events import EventApi, content_text, kwargs_thinking
 from sidecar.config import Config, ThinkingOffRule
@@ -54,7 +54,7 @@ def _fingerprint_key(body: Mapping[str, Any]) -> dict[str, Any]:
             "messages": body.get("input"), "tools": body.get("tools")}
 
 
-class Responses(EventApi):
+class ResponsesApi(EventApi):
     """``POST /v1/responses``."""
 
     name = "openai.responses"
@@ -125,7 +125,7 @@ class Responses(EventApi):
 
     def open(self, facts: RequestFacts, dialect: Dialect, *, request_id: str,
              model: str | None) -> Opened:
-        fold = None if facts.client_stream else ResponseFold()
+        fold = None if facts.client_stream else ResponsesFold()
         splicer = ResponsesSplicer(fold, request_id=request_id, model=model, echo=facts.echo,
                                    hide=facts.hide_reasoning)
         return Opened(splicer, fold, lambda spec: ResponsesAttempt(spec, splicer, fold))
@@ -163,4 +163,4 @@ def _is_cut(item: Any, cut: set[str]) -> bool:
             and item.get("id") in cut)
 
 
-RESPONSES = Responses()
+RESPONSES = ResponsesApi()

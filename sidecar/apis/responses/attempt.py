@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from detectors.base import CONTENT, THINKING, Channel
-from sidecar.apis.responses.fold import ResponseFold
+from sidecar.apis.responses.fold import ResponsesFold
 from sidecar.apis.responses.splice import ResponsesSplicer
 from sidecar.apis.sse_events import EventAttempt
 from sidecar.core.attempt import AttemptSpec
@@ -63,7 +63,7 @@ class ResponsesAttempt(EventAttempt):
     TELLS = True
 
     def __init__(self, spec: AttemptSpec, splicer: ResponsesSplicer,
-                 fold: ResponseFold | None, *, templates: bool = True) -> None:
+                 fold: ResponsesFold | None, *, templates: bool = True) -> None:
         self._keep = splicer.keep
         super().__init__(spec, splicer, fold, templates=templates)
 

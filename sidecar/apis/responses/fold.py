@@ -20,7 +20,7 @@ from sidecar.errors import error_body
 _ENDS = ("response.completed", "response.incomplete", "response.failed")
 
 
-class ResponseFold(EventFold):
+class ResponsesFold(EventFold):
     """Keeps the final response object of one (possibly spliced) response."""
 
     def __init__(self) -> None:

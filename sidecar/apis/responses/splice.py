@@ -31,7 +31,7 @@ from typing import Any
 
 from detectors import Verdict
 from sidecar.apis.openai.splice import comment
-from sidecar.apis.responses.fold import ResponseFold
+from sidecar.apis.responses.fold import ResponsesFold
 from sidecar.apis.sse_events import EventSplicer, encode, token_count
 from sidecar.core.attempt import MAX_KEPT_REASONING, Attempt, Totals
 from sidecar.errors import UpstreamError
@@ -66,7 +66,7 @@ class ResponsesSplicer(EventSplicer):
     """The splicer of one Responses exchange (see the module docstring). ``seen`` is fed
     every event the client gets that creates the response or adds or completes an item."""
 
-    def __init__(self, fold: ResponseFold | None, *, request_id: str, model: str | None,
+    def __init__(self, fold: ResponsesFold | None, *, request_id: str, model: str | None,
                  echo: Mapping[str, Any], hide: bool = False) -> None:
         super().__init__(fold, request_id=request_id, model=model)
         #: The client asked not to see reasoning (``include_reasoning: false``): the
