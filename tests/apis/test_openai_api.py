@@ -1,4 +1,5 @@
-"""Reissue bodies change only the documented fields (pure)."""
+"""OpenAI chat completions and completions as wire APIs (``sidecar.apis.openai.api``):
+reissue bodies change only the documented fields (pure)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
-"""Learned event templates (``sidecar.apis.templates``) on the Messages and Responses
-attempts: an event read through a template changes what a full parse of it changes,
-however the stream looks and is split into reads; only the parse is cheaper."""
+"""Learned event templates (``sidecar.apis.templates``) on the SSE-event attempts
+(``sidecar.apis.sse_events``: Messages and Responses): an event read through a template
+changes what a full parse of it changes, however the stream looks and is split into
+reads; only the parse is cheaper."""
 
 from __future__ import annotations
 
