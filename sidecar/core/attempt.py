@@ -25,10 +25,59 @@ from detectors import Chain, DetectorConfig, Verdict, default_chain
 from detectors.base import THINKING, Channel
 from sidecar.core.events import Done, Finish, StreamError, TextDelta, ToolCallDelta, Usage
 
-MAX_KEPT_REASONING = 32 * 1024  # characters of reasoning kept per choice for salvage
-_KEEP_JOIN = 64  # kept reasoning deltas are joined into one string this often
+MAX_KEPT_REASONING = 32 * 1024  # characters of text a ``KeptText`` keeps
+_KEEP_JOIN = 64  # kept deltas are joined into one string this often (``KeptText``)
 #: Characters of a choice's reasoning that, with its length, identify it (``reasoning_mark``).
 MARK_HEAD = 256
+
+
+class KeptText:
+    """Text kept delta by delta, bounded: each delta is kept while the ones before it hold
+    fewer than ``MAX_KEPT_REASONING`` characters; later ones are not (the text of a
+    choice for salvage, of a Responses item a cut leaves open).
+
+    Every ``_KEEP_JOIN`` deltas are joined into one string, and every ``_KEEP_JOIN`` of
+    those into one: a string per token would cost an object per token for a few
+    characters, and re-joining all the text every ``_KEEP_JOIN`` deltas would copy it
+    (up to 32 KiB, re-read from memory) hundreds of times over; this copies it a few
+    times."""
+
+    __slots__ = ("_chunks", "_kept", "_pieces")
+
+    def __init__(self) -> None:
+        # The latest deltas, the strings earlier ones were joined into, and the
+        # characters of both.
+        self._pieces: list[str] = []
+        self._chunks: list[str] = []
+        self._kept = 0
+
+    def keep(self, text: str) -> None:
+        """One delta (once per delta: the per-event path)."""
+        kept = self._kept
+        if kept >= MAX_KEPT_REASONING:
+            return
+        self._kept = kept + len(text)
+        pieces = self._pieces
+        pieces.append(text)
+        if len(pieces) >= _KEEP_JOIN:
+            chunks = self._chunks
+            chunks.append("".join(pieces))
+            self._pieces = []
+            if len(chunks) >= _KEEP_JOIN:
+                self._chunks = ["".join(chunks)]
+
+    def text(self) -> str:
+        """The text kept: the deltas up to the first one that brings it to
+        ``MAX_KEPT_REASONING`` characters, that one included."""
+        return "".join(self._chunks) + "".join(self._pieces)
+
+    def clear(self) -> None:
+        """Start over, empty (in place: a keeper's bound ``keep`` stays valid)."""
+        self._pieces, self._chunks, self._kept = [], [], 0
+
+    def __len__(self) -> int:
+        """The characters kept."""
+        return self._kept
 
 
 @dataclass(slots=True)
@@ -39,28 +88,17 @@ class ChoiceState:
     finished: bool = False
     thinking_tokens: int = 0
     content_tokens: int = 0
-    reasoning: list[str] = field(default_factory=list)
-    reasoning_chars: int = 0
+    #: The reasoning kept for salvage (bounded); None for an attempt that keeps none (no
+    #: salvage in its ladder).
+    reasoning: KeptText | None = None
     #: All reasoning characters seen, and the first ``MARK_HEAD`` of them: enough to
     #: recognize this reasoning when a client sends it back (``reasoning_mark``).
     reasoning_seen: int = 0
     reasoning_head: str = ""
 
-    def keep_reasoning(self, text: str) -> None:
-        """Keep a thinking delta for salvage, up to ``MAX_KEPT_REASONING`` characters.
-
-        Deltas are joined every ``_KEEP_JOIN`` pieces: a string per token would cost an
-        object per token for a few characters of text."""
-        if self.reasoning_chars < MAX_KEPT_REASONING:
-            kept = self.reasoning
-            kept.append(text)
-            self.reasoning_chars += len(text)
-            if len(kept) >= _KEEP_JOIN:
-                self.reasoning = ["".join(kept)]
-
     def reasoning_text(self) -> str:
         """The reasoning kept so far."""
-        return "".join(self.reasoning)
+        return "" if self.reasoning is None else self.reasoning.text()
 
 
 @dataclass(frozen=True, slots=True)
@@ -226,7 +264,8 @@ class Attempt(abc.ABC):
         state = self.choices.get(index)
         if state is None:
             chain = default_chain(self._detectors, started_at=self._started_at)
-            state = self.choices[index] = ChoiceState(chain)
+            state = self.choices[index] = ChoiceState(
+                chain, reasoning=KeptText() if self.keeps_reasoning else None)
             if index == 0:
                 self._first = state
         return state
@@ -269,7 +308,9 @@ class Attempt(abc.ABC):
             state.reasoning_head += text
         state.reasoning_seen = seen + len(text)
         if self.keeps_reasoning:
-            state.keep_reasoning(text)
+            kept = state.reasoning
+            if kept is not None:
+                kept.keep(text)
         if self.verdict is None:
             verdict = state.chain.think(text, tokens, now)
             if verdict is not None:

@@ -1,5 +1,4 @@
-"""The per-choice bookkeeping of a watched attempt (``sidecar.core.attempt``) and the
-OpenAI chunk attempt (``sidecar.apis.openai.attempt``)."""
+"""The OpenAI chunk attempt (``sidecar.apis.openai.attempt``)."""
 
 from __future__ import annotations
 
@@ -9,37 +8,11 @@ from typing import Any
 import orjson
 import pytest
 
-from detectors import DetectorConfig, default_chain
+from detectors import DetectorConfig
 from sidecar.apis.openai.chunks import ChunkKind
-from sidecar.core.attempt import MAX_KEPT_REASONING, ChoiceState
 from sidecar.errors import UpstreamProtocolError
 from tests.attempts import chunk_attempt
 from tests.conftest import CAPTURES
-
-
-def _state() -> ChoiceState:
-    return ChoiceState(default_chain(DetectorConfig()))
-
-
-def test_kept_reasoning_is_the_deltas_in_order_in_few_strings() -> None:
-    """Token-sized deltas come back joined and in order, held in a handful of strings."""
-    state = _state()
-    pieces = [f" w{i}" for i in range(1000)]
-    for piece in pieces:
-        state.keep_reasoning(piece)
-    assert state.reasoning_text() == "".join(pieces)
-    assert state.reasoning_chars == len("".join(pieces))
-    assert len(state.reasoning) < 64
-
-
-def test_kept_reasoning_stops_at_the_cap() -> None:
-    """Past ``MAX_KEPT_REASONING`` characters nothing more is kept (at most one delta over)."""
-    state = _state()
-    for _ in range(MAX_KEPT_REASONING // 4 + 500):
-        state.keep_reasoning("abcd")
-    text = state.reasoning_text()
-    assert MAX_KEPT_REASONING <= len(text) < MAX_KEPT_REASONING + 4
-    assert text == "abcd" * (len(text) // 4)
 
 
 def _reasoning_stream(pieces: list[str]) -> bytes:
@@ -66,7 +39,7 @@ def test_attempt_keeps_reasoning_only_when_asked() -> None:
         assert attempt.verdict is None
     assert kept.reasoning_of(0) == "".join(pieces)
     assert dropped.reasoning_of(0) == ""
-    assert dropped.choices[0].reasoning == []
+    assert dropped.choices[0].reasoning is None  # no keeper made
 
 
 def _events(data: bytes) -> list[bytes]:

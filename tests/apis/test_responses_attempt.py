@@ -74,13 +74,13 @@ def test_the_splicer_is_told_the_last_number_and_the_open_items_text(split: bool
     for read in _reads(body) if split else [body]:
         first.feed(read, 1.0)
     assert splicer.upstream_sequence == 43
-    assert splicer.item_text() == "".join(f" w{i}" for i in range(40))
+    assert splicer.kept.text() == "".join(f" w{i}" for i in range(40))
     call = {"item": {"id": "fc_1", "type": "function_call", "name": "read", "arguments": ""},
             "output_index": 1, "type": "response.output_item.added"}
     args = [{"delta": piece, "item_id": "fc_1", "output_index": 1,
              "type": "response.function_call_arguments.delta"} for piece in ('{"a"', ": 1}")]
     first.feed(sse([call, *args], first=44), 1.0)
-    assert (splicer.upstream_sequence, splicer.item_text()) == (46, '{"a": 1}')
+    assert (splicer.upstream_sequence, splicer.kept.text()) == (46, '{"a": 1}')
 
 
 def test_hidden_reasoning_is_watched_and_the_rest_renumbered() -> None:

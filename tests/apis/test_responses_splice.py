@@ -7,8 +7,11 @@ import re
 from typing import Any
 
 import orjson
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
 
-from sidecar.core.attempt import Totals
+from sidecar.apis.responses.splice import ResponsesSplicer
+from sidecar.core.attempt import MAX_KEPT_REASONING, Totals
 from sidecar.errors import UpstreamError
 from tests.apis.responses_events import (
     VERDICT,
@@ -118,3 +121,26 @@ def test_an_error_after_the_start_is_a_numbered_error_event() -> None:
     (error,) = _events(parts.splicer.error(UpstreamError("gone")))
     assert error == {"code": "502", "message": "gone", "param": None, "sequence_number": 2,
                      "type": "error"}
+
+
+@settings(max_examples=200, deadline=None)
+@given(sizes=st.lists(st.integers(1, 6000), max_size=150), opened=st.integers(0, 150))
+@example(sizes=[1000] * 150, opened=0)
+@example(sizes=[1000] * 150, opened=70)
+@example(sizes=[1] * 100 + [40000] + [1] * 40, opened=0)
+def test_the_open_items_text_keeps_deltas_until_the_bound(sizes: list[int],
+                                                          opened: int) -> None:
+    """The splicer keeps each delta of the open item while the deltas before it hold fewer
+    than ``MAX_KEPT_REASONING`` characters, however many came, and a new item starts over."""
+    splicer = ResponsesSplicer(None, request_id="r", model="m", echo={})
+    kept = ""
+    for i, size in enumerate(sizes):
+        if i == opened:
+            splicer.seen({"type": "response.output_item.added", "output_index": 0,
+                          "item": {"type": "reasoning", "id": "rs_1"}})
+            kept = ""
+        text = chr(ord("a") + i % 26) * size
+        splicer.kept.keep(text)
+        if len(kept) < MAX_KEPT_REASONING:
+            kept += text
+    assert splicer.kept.text() == kept

@@ -11,7 +11,7 @@ from typing import Any
 
 import orjson
 import pytest
-from hypothesis import example, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from detectors import DetectorConfig
@@ -21,7 +21,7 @@ from sidecar.apis.messages.splice import MessagesSplicer
 from sidecar.apis.responses.attempt import ResponsesAttempt
 from sidecar.apis.responses.splice import ResponsesSplicer
 from sidecar.apis.templates import EventTemplates
-from sidecar.core.attempt import MAX_KEPT_REASONING, Attempt, AttemptSpec
+from sidecar.core.attempt import Attempt, AttemptSpec
 from sidecar.dialects import DIALECTS
 from sidecar.errors import UpstreamProtocolError
 from tests.apis.recorded import recorded, request_body
@@ -69,7 +69,7 @@ def _observe(api_name: str, reads: list[bytes], *,
         err, out = str(exc), b""
     verdict = attempt.verdict
     splicer = getattr(attempt, "splicer", None)
-    told = ((splicer.upstream_sequence, splicer.item_text())
+    told = ((splicer.upstream_sequence, splicer.kept.text())
             if isinstance(splicer, ResponsesSplicer) else None)
     seen = (out, err,
             None if verdict is None else (verdict.detector, verdict.at_token, verdict.at_char),
@@ -315,26 +315,3 @@ def test_templates_never_change_what_the_attempt_does(
     full = _observe(api, events, templates=False)[0]
     assert _observe(api, events)[0] == full
     assert _observe(api, [b"".join(events)])[0] == full
-
-
-@settings(max_examples=200, deadline=None)
-@given(sizes=st.lists(st.integers(1, 6000), max_size=150), opened=st.integers(0, 150))
-@example(sizes=[1000] * 150, opened=0)
-@example(sizes=[1000] * 150, opened=70)
-@example(sizes=[1] * 100 + [40000] + [1] * 40, opened=0)
-def test_the_open_items_text_keeps_deltas_until_the_bound(sizes: list[int],
-                                                          opened: int) -> None:
-    """The splicer keeps each delta of the open item while the deltas before it hold fewer
-    than ``MAX_KEPT_REASONING`` characters, however many came, and a new item starts over."""
-    splicer = ResponsesSplicer(None, request_id="r", model="m", echo={})
-    kept = ""
-    for i, size in enumerate(sizes):
-        if i == opened:
-            splicer.seen({"type": "response.output_item.added", "output_index": 0,
-                          "item": {"type": "reasoning", "id": "rs_1"}})
-            kept = ""
-        text = chr(ord("a") + i % 26) * size
-        splicer.keep(text)
-        if len(kept) < MAX_KEPT_REASONING:
-            kept += text
-    assert splicer.item_text() == kept

@@ -64,7 +64,7 @@ class ResponsesAttempt(EventAttempt):
 
     def __init__(self, spec: AttemptSpec, splicer: ResponsesSplicer,
                  fold: ResponsesFold | None, *, templates: bool = True) -> None:
-        self._keep = splicer.keep
+        self._keep = splicer.kept.keep
         super().__init__(spec, splicer, fold, templates=templates)
 
     def _shape(self, kind: Any, obj: dict[str, Any]) -> tuple[Sequence[str], Channel] | None:

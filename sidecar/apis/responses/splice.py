@@ -33,11 +33,10 @@ from detectors import Verdict
 from sidecar.apis.openai.splice import comment
 from sidecar.apis.responses.fold import ResponsesFold
 from sidecar.apis.sse_events import EventSplicer, encode, token_count
-from sidecar.core.attempt import MAX_KEPT_REASONING, Attempt, Totals
+from sidecar.core.attempt import Attempt, KeptText, Totals
 from sidecar.errors import UpstreamError
 
 _ENDS = ("response.completed", "response.incomplete", "response.failed")
-_JOIN = 64  # the open item's deltas are joined into one string this often
 
 
 def usage_object(prompt: int, completion: int, reasoning: int) -> dict[str, Any]:
@@ -90,38 +89,11 @@ class ResponsesSplicer(EventSplicer):
         #: The server gives items an ``output_index`` (llama.cpp does not: then neither
         #: does the sidecar, and items are counted in order).
         self.indexed = True
-        #: The last ``sequence_number`` the current attempt's upstream sent; the text of
-        #: the open item (kept up to ``MAX_KEPT_REASONING`` characters), for the events
-        #: that close it after a cut. The attempt keeps both up to date.
+        #: The last ``sequence_number`` the current attempt's upstream sent, and the text
+        #: of the open item (bounded), for the events that close it after a cut. The
+        #: attempt keeps both up to date (``kept.keep``: once per delta).
         self.upstream_sequence: int | None = None
-        # The open item's text: the latest deltas, the strings earlier ones were joined
-        # into, and the characters of both.
-        self._pieces: list[str] = []
-        self._chunks: list[str] = []
-        self._kept = 0
-
-    def keep(self, text: str) -> None:
-        """A delta of the open item's text (see ``item_text``); once per delta. Every
-        ``_JOIN`` deltas are joined into one string, and every ``_JOIN`` of those into
-        one: text is copied a few times over the item, not each time (re-joining all of
-        it every ``_JOIN`` deltas re-read up to 32 KiB from memory each time)."""
-        kept = self._kept
-        if kept >= MAX_KEPT_REASONING:
-            return
-        self._kept = kept + len(text)
-        pieces = self._pieces
-        pieces.append(text)
-        if len(pieces) >= _JOIN:
-            chunks = self._chunks
-            chunks.append("".join(pieces))
-            self._pieces = []
-            if len(chunks) >= _JOIN:
-                self._chunks = ["".join(chunks)]
-
-    def item_text(self) -> str:
-        """The open item's text: its deltas up to the first one that brings it to
-        ``MAX_KEPT_REASONING`` characters, that one included; the later ones are not kept."""
-        return "".join(self._chunks) + "".join(self._pieces)
+        self.kept = KeptText()
 
     # -- the client's view ---------------------------------------------------------
 
@@ -135,7 +107,7 @@ class ResponsesSplicer(EventSplicer):
             if isinstance(item, dict):
                 self.open = _OpenItem(index, item)
                 self.items = max(self.items, index + 1)
-                self._pieces, self._chunks, self._kept = [], [], 0
+                self.kept.clear()
         elif kind == "response.content_part.added":
             part = obj.get("part")
             if self.open is not None and isinstance(part, dict):
@@ -233,7 +205,7 @@ class ResponsesSplicer(EventSplicer):
         item = self.open
         if item is None:
             return []
-        text = self.item_text()
+        text = self.kept.text()
         out: list[dict[str, Any]] = []
         index, item_id, ci = item.index, item.item.get("id"), item.content_index
         kind = item.item.get("type")

@@ -1,0 +1,96 @@
+"""The format-neutral books of a watched attempt (``sidecar.core.attempt``): the bounded
+text a choice keeps for salvage (``KeptText``, which a Responses splicer keeps its open
+item's text in as well)."""
+
+from __future__ import annotations
+
+import gc
+from typing import Any
+
+import pytest
+
+from detectors import DetectorConfig, default_chain
+from sidecar.core.attempt import MAX_KEPT_REASONING, ChoiceState, KeptText
+
+
+def _state() -> ChoiceState:
+    """A choice of an attempt that keeps its reasoning for salvage."""
+    return ChoiceState(default_chain(DetectorConfig()), reasoning=KeptText())
+
+
+def _keep(state: ChoiceState, text: str) -> None:
+    """Keep ``text`` as the attempt keeps a thinking delta."""
+    assert state.reasoning is not None
+    state.reasoning.keep(text)
+
+
+def _strings(state: ChoiceState) -> list[str]:
+    """Every string the choice's kept reasoning holds, found by walking what it refers to
+    (lists and the sidecar's own objects), whatever their arrangement."""
+    found: list[str] = []
+    todo: list[Any] = [getattr(state, name) for name in state.__slots__ if name != "chain"]
+    while todo:
+        obj = todo.pop()
+        if isinstance(obj, str):
+            found.append(obj)
+        elif isinstance(obj, list | tuple) or type(obj).__module__.startswith("sidecar."):
+            todo.extend(gc.get_referents(obj))
+    return found
+
+
+@pytest.mark.parametrize("delta", ["a", "abcd", "token "])
+def test_kept_reasoning_is_copied_a_few_times_not_once_per_join(delta: str) -> None:
+    """Kept up to the bound delta by delta, the reasoning's characters are copied into
+    joined strings a few times over in all, not all of it again every few deltas (which
+    re-read up to 32 KiB per join: hundreds of times the text for one-character deltas).
+    What is kept is the text, whole and in order."""
+    state = _state()
+    seen: dict[int, str] = {}  # every string held so far, kept alive so ids stay unique
+    copied = 0
+    count = MAX_KEPT_REASONING // len(delta) + 100
+    for _ in range(count):
+        _keep(state, delta)
+        for text in _strings(state):
+            if id(text) not in seen:
+                seen[id(text)] = text
+                if text is not delta:
+                    copied += len(text)
+    kept = state.reasoning_text()
+    assert kept == delta * (MAX_KEPT_REASONING // len(delta) + (
+        1 if MAX_KEPT_REASONING % len(delta) else 0))
+    assert copied <= 8 * len(kept)
+
+
+def test_kept_reasoning_is_the_deltas_in_order_in_few_strings() -> None:
+    """Token-sized deltas come back joined and in order, held in a handful of strings
+    (fewer than two per ``_KEEP_JOIN`` of them), however many came."""
+    state = _state()
+    pieces = [f" w{i}" for i in range(5000)]
+    for piece in pieces:
+        _keep(state, piece)
+    assert state.reasoning_text() == "".join(pieces)
+    assert state.reasoning is not None
+    assert len(state.reasoning) == len("".join(pieces))
+    assert len(_strings(state)) < 2 * 64
+
+
+def test_kept_reasoning_stops_at_the_cap() -> None:
+    """Past ``MAX_KEPT_REASONING`` characters nothing more is kept (at most one delta over)."""
+    state = _state()
+    for _ in range(MAX_KEPT_REASONING // 4 + 500):
+        _keep(state, "abcd")
+    text = state.reasoning_text()
+    assert MAX_KEPT_REASONING <= len(text) < MAX_KEPT_REASONING + 4
+    assert text == "abcd" * (len(text) // 4)
+
+
+def test_a_cleared_keeper_starts_over_and_stays_the_one_bound() -> None:
+    """``clear`` empties a keeper in place: a ``keep`` bound before (as an attempt binds
+    its splicer's) keeps into the same, emptied text."""
+    kept = KeptText()
+    keep = kept.keep
+    for _ in range(MAX_KEPT_REASONING):
+        keep("x")
+    kept.clear()
+    keep("new")
+    assert (kept.text(), len(kept)) == ("new", 3)
