@@ -53,10 +53,11 @@ from sidecar.core.plan import Refusal, plan
 from sidecar.core.wire import Opened, Splicer, WireApi
 from sidecar.dialects import DIALECTS, PROBES, ProbeAnswer, detect, effective_config
 from sidecar.errors import (
+    ClientBodyTimeout,
     RequestTooLarge,
     UpstreamDisconnected,
     UpstreamError,
-    UpstreamTimeoutError,
+    Waited,
     error_body,
     map_upstream_exception,
 )
@@ -563,11 +564,9 @@ class Proxy:
                     # The headers are built in the call: this frame lives as long as the
                     # stream, and does not keep them.
                     up = await self._upstream.post(path, _upstream_headers(request), data)
-            except TimeoutError as exc:
-                if isinstance(exc, UpstreamError):
-                    raise
-                raise UpstreamTimeoutError(
-                    f"no response from upstream within {read_timeout:g} s") from None
+            except TimeoutError as exc:  # (without a read timeout: the connect timeout's)
+                raise map_upstream_exception(exc, headers_received=False, waited=None if (
+                    read_timeout is None) else Waited("head", read_timeout)) from None
             async with up:
                 headers_received = True
                 ctype = up.headers.get("Content-Type", "")
@@ -616,7 +615,7 @@ class Proxy:
                                     deadline_at = heard_by + window
                                     deadline.reschedule(deadline_at)
                         break
-                    except TimeoutError:
+                    except TimeoutError as exc:
                         if not deadline.expired():
                             raise  # not the deadline's: a timeout from further down
                         now = loop.time()
@@ -628,8 +627,9 @@ class Proxy:
                             deadline_at = heard_by + window
                             continue
                         if read_timeout is not None and now - heard_by >= read_timeout:
-                            raise UpstreamTimeoutError(
-                                f"no bytes from upstream for {read_timeout:g} s") from None
+                            raise map_upstream_exception(
+                                exc, headers_received=True,
+                                waited=Waited("silence", read_timeout)) from None
                         if attempt.tick(now) is not None and attempt.stopped:
                             break
                         deadline_at = now + step
@@ -750,10 +750,6 @@ def _upstream_headers(request: web.Request) -> list[tuple[str, str]]:
     headers = forward_headers(request.headers, drop=("accept-encoding", "content-type"))
     headers["Content-Type"] = "application/json"
     return list(headers.items())
-
-
-class ClientBodyTimeout(Exception):
-    """The client went silent for longer than ``client_body_timeout_seconds`` mid-body."""
 
 
 async def _timed_body(request: web.Request, silence: float) -> AsyncIterator[bytes]:
