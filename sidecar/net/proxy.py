@@ -30,7 +30,6 @@ import errno
 import math
 import time
 import uuid
-from collections.abc import AsyncIterator
 from types import SimpleNamespace
 from typing import Any
 
@@ -41,7 +40,7 @@ from aiohttp import web
 from aiohttp.typedefs import Handler
 from yarl import URL
 
-from detectors import DetectorConfig, Verdict
+from detectors import DetectorConfig
 from sidecar.apis import api_for_path
 from sidecar.codecs.http1 import ProtocolError
 from sidecar.config import Config
@@ -58,15 +57,24 @@ from sidecar.errors import (
     UpstreamDisconnected,
     UpstreamError,
     Waited,
-    error_body,
     map_upstream_exception,
 )
-from sidecar.labels import LadderStep, Outcome, ReissueOutcome
+from sidecar.labels import Outcome
+from sidecar.net import accounting
+from sidecar.net.client import (
+    RESETS,
+    TimedBody,
+    body_timeout_response,
+    in_stream_error,
+    json_error,
+    read_body,
+    reset_by_client,
+    timed_body,
+)
 from sidecar.net.fleet import Fleet
 from sidecar.net.headers import forward_headers
 from sidecar.net.sinks import BodySink, Sink, StreamSink
 from sidecar.net.upstream import UpstreamPool
-from sidecar.obs.logs import access_log_fields, runaway_log_fields
 from sidecar.obs.metrics import Metrics
 from sidecar.policy.rules import Policy, rules_of
 
@@ -222,9 +230,9 @@ class Proxy:
         sent again (see :meth:`_request`); any other is streamed as it arrives."""
         started = time.monotonic()
         if not request.raw_path.startswith("/"):
-            return _json_error(None, 400, "request target must be a path", "BadRequestError")
+            return json_error(None, 400, "request target must be a path", "BadRequestError")
         data: Any = body
-        timed: _TimedBody | None = None
+        timed: TimedBody | None = None
         resp: web.StreamResponse | None = None
         status: int | None = None
         outcome: Outcome = "ok"
@@ -233,10 +241,10 @@ class Proxy:
             if body is None and request.body_exists:
                 length = request.content_length
                 if length is not None and length <= PASSTHROUGH_RESEND_BYTES:
-                    data = b"".join([chunk async for chunk in _timed_body(
+                    data = b"".join([chunk async for chunk in timed_body(
                         request, self.config.client_body_timeout_seconds)])
                 else:
-                    timed = _TimedBody(request, self.config.client_body_timeout_seconds)
+                    timed = TimedBody(request, self.config.client_body_timeout_seconds)
                     data = timed.chunks()
             async with await self._request(
                 request.method, self._url(request), data=data, resendable=timed is None,
@@ -260,9 +268,9 @@ class Proxy:
             raise
         except ClientBodyTimeout:
             outcome = "rejected"  # the client's body stalled, not the upstream
-            return _body_timeout_response(api_for_path(request.path))
+            return body_timeout_response(api_for_path(request.path))
         except (TimeoutError, aiohttp.ClientError, OSError) as exc:
-            if resp is not None and _reset_by_client(exc, request):
+            if resp is not None and reset_by_client(exc, request):
                 outcome = "client_disconnect"
                 self.metrics.client_disconnect("passthrough")
                 # As the watched path does: a client that went away is no server error,
@@ -270,12 +278,12 @@ class Proxy:
                 raise asyncio.CancelledError from None
             if timed is not None and timed.timed_out and resp is None:
                 outcome = "rejected"  # the client's body stalled, not the upstream
-                return _body_timeout_response(api_for_path(request.path))
+                return body_timeout_response(api_for_path(request.path))
             err = map_upstream_exception(exc, headers_received=resp is not None)
             self.metrics.upstream_error(err.kind)
             outcome = "upstream_error"
             if resp is None:
-                return _json_error(api_for_path(request.path), err.status, str(err),
+                return json_error(api_for_path(request.path), err.status, str(err),
                                    err.error_type)
             # Headers are gone and the body is not ours to frame: cut the connection
             # so the client sees a truncated response rather than a silent short one.
@@ -283,12 +291,9 @@ class Proxy:
                 request.transport.close()
             return resp
         finally:
-            self.metrics.request_done("passthrough", outcome)
-            log.info("access", **access_log_fields(
-                method=request.method, path=request.path, status=resp.status if resp else 502,
-                route="passthrough", outcome=outcome, model=None,
-                request_id=request.headers.get("X-Request-Id", ""),
-                duration_s=time.monotonic() - started, bytes_sent=sent, upstream_status=status))
+            accounting.passthrough_done(
+                self.metrics, request, outcome=outcome, status=resp.status if resp else 502,
+                upstream_status=status, bytes_sent=sent, seconds=time.monotonic() - started)
 
     # -- watched routes --------------------------------------------------------------
 
@@ -301,33 +306,20 @@ class Proxy:
 
         return watched
 
-    async def _read_body(self, request: web.Request, cfg: Config) -> bytes:
-        limit = cfg.max_body_bytes
-        if request.content_length is not None and request.content_length > limit:
-            raise RequestTooLarge
-        chunks: list[bytes] = []
-        size = 0
-        async for chunk in _timed_body(request, cfg.client_body_timeout_seconds):
-            size += len(chunk)
-            if size > limit:
-                raise RequestTooLarge
-            chunks.append(chunk)
-        return b"".join(chunks)
-
     async def _watched(self, request: web.Request, api: WireApi) -> web.StreamResponse:
         # One snapshot of the config and policy for the whole exchange: a reload applies
         # to requests that start after it.
         cfg, policy = self.config, self.policy
         route = api.route
         try:
-            raw = await self._read_body(request, cfg)
+            raw = await read_body(request, cfg)
         except RequestTooLarge:
             self.metrics.request_done(route, "rejected")
-            return _json_error(api, 413, f"request body exceeds {cfg.max_body_bytes} bytes",
+            return json_error(api, 413, f"request body exceeds {cfg.max_body_bytes} bytes",
                                "RequestTooLargeError")
         except ClientBodyTimeout:
             self.metrics.request_done(route, "rejected")
-            return _body_timeout_response(api)
+            return body_timeout_response(api)
         try:
             body = orjson.loads(raw)
         except orjson.JSONDecodeError:
@@ -344,15 +336,13 @@ class Proxy:
             if cut:
                 body = api.clean_history(body, {m.removeprefix(CUT_PREFIX) for m in cut})
                 raw = orjson.dumps(body)
-                self.metrics.history_cleaned(route, len(cut))
-                log.info("history_cleaned", path=request.path, pieces=len(cut),
-                         request_id=request.headers.get("X-Request-Id", ""))
+                accounting.history_cleaned(self.metrics, request, route, len(cut))
         model = body.get("model") if isinstance(body.get("model"), str) else None
         planned = plan(cfg, api, body, request.headers, policy,
                        self.metrics.model_label(model))
         if isinstance(planned, Refusal):
             self.metrics.request_done(route, "rejected", model)
-            return _json_error(api, 400, planned.message, "BadRequestError",
+            return json_error(api, 400, planned.message, "BadRequestError",
                                param=planned.param)
         if planned.mode == "off":
             return await self.passthrough(request, raw)
@@ -373,11 +363,7 @@ class Proxy:
                       request_id=request.headers.get("X-Request-Id") or uuid.uuid4().hex,
                       started=asyncio.get_running_loop().time(), facts=facts,
                       max_tokens=api.max_tokens(body), budget_key=planned.budget_key)
-        if decision.source != "default":
-            if decision.rule is not None:
-                self.metrics.policy_decision(decision.rule)
-            log.info("policy", request_id=ex.request_id, model=model, rule=decision.rule,
-                     source=decision.source, thinking=decision.thinking, reason=decision.reason)
+        accounting.policy(self.metrics, ex, decision)
         opened = api.open(facts, self.dialect, request_id=ex.request_id, model=model)
         fold, splicer = opened.fold, opened.splicer
         sink: Sink = StreamSink(api, request) if fold is None else BodySink(api, fold)
@@ -394,15 +380,15 @@ class Proxy:
                                       planned.detectors, opened, sink)
                 del body, first, exposed
                 await serving
-            except _RESETS as exc:
-                if not _reset_by_client(exc, request):
+            except RESETS as exc:
+                if not reset_by_client(exc, request):
                     raise
                 raise asyncio.CancelledError from None  # the client went away mid-write
             except Exception:
                 # A bug of ours must not leave the client with a broken stream.
                 log.exception("internal_error", request_id=ex.request_id)
                 ex.outcome = "error"
-                self._reissue_done(ex, ladder.interrupted("error"))
+                accounting.reissue_done(self.metrics, ex, ladder.interrupted("error"))
                 err = _InternalError("runaway-sidecar internal error")
                 await sink.fail(err, splicer.error(err))
             return await sink.finish(ex)
@@ -410,11 +396,11 @@ class Proxy:
             if not ex.delivered:  # (else ``_serve`` settled the exchange as it ended)
                 ex.outcome = "client_disconnect"
                 self.metrics.client_disconnect(route)
-                self._reissue_done(ex, ladder.interrupted("client_disconnect"))
+                accounting.reissue_done(self.metrics, ex, ladder.interrupted("client_disconnect"))
             raise
         finally:
             self.metrics.stream_ended()
-            self._account(request, ex, sink)
+            accounting.exchange_done(self.metrics, request, ex, sink)
 
     async def _serve(self, request: web.Request, ex: Exchange, ladder: Ladder, raw: bytes,
                      upstream: bytes, detectors: DetectorConfig, opened: Opened,
@@ -468,7 +454,7 @@ class Proxy:
                     if not ex.client_stream:
                         # vLLM answers a non-streaming request that fails mid-generation
                         # with an error status, not a 200 holding half a completion.
-                        failure = _in_stream_error(attempt.error.message, attempt.error.code)
+                        failure = in_stream_error(attempt.error.message, attempt.error.code)
                         await sink.fail(failure, splicer.error(failure))
                 elif (verdict is None and number == 0 and cfg.policy.adaptive_budget
                       and attempt.first_content_at is not None and ex.thinking_tokens > 0):
@@ -509,23 +495,11 @@ class Proxy:
     def _settle(self, ex: Exchange, ladder: Ladder, attempt: Attempt) -> Next:
         """Book an attempt that ended: its tokens and verdict, the exchange's outcome and
         how a reissue went; return what the ladder says comes next."""
-        ex.thinking_tokens += attempt.thinking_tokens
-        ex.content_tokens += attempt.content_tokens
-        if attempt.first_content_at is not None and not ex.ttfc_seen:
-            ex.ttfc_seen = True
-            self.metrics.observe_ttfc(ex.model, attempt.first_content_at - ex.started)
-        verdict = attempt.verdict
-        nxt = ladder.after(Ended(runaway=verdict is not None,
+        accounting.attempt_ended(self.metrics, ex, attempt)
+        nxt = ladder.after(Ended(runaway=attempt.verdict is not None,
                                  stream_error=attempt.error is not None,
                                  finished=attempt.finished_choices))
-        if nxt.record_verdict:
-            assert verdict is not None
-            self._record_verdict(ex, attempt, verdict)
-        if nxt.outcome is not None:
-            ex.outcome = nxt.outcome
-        self._reissue_done(ex, nxt.reissue)
-        if nxt.upstream_error is not None:
-            self.metrics.upstream_error(nxt.upstream_error)
+        accounting.counted(self.metrics, ex, nxt, attempt)
         return nxt
 
     async def _remember_marks(self, splicer: Splicer, now: float) -> None:
@@ -537,11 +511,7 @@ class Proxy:
     async def _fail(self, ex: Exchange, nxt: Next, err: UpstreamError, splicer: Splicer,
                     sink: Sink) -> None:
         """Carry out a ``fail`` from the ladder: count it and report ``err``."""
-        if nxt.upstream_error is not None:
-            self.metrics.upstream_error(nxt.upstream_error)
-        self._reissue_done(ex, nxt.reissue)
-        if nxt.outcome is not None:
-            ex.outcome = nxt.outcome
+        accounting.counted(self.metrics, ex, nxt)
         await sink.fail(err, splicer.error(err))
 
     async def _attempt(self, request: web.Request, ex: Exchange, attempt: Attempt,
@@ -638,52 +608,14 @@ class Proxy:
                 elif attempt.truncated:
                     raise UpstreamDisconnected("upstream ended the stream before it finished")
         except (TimeoutError, aiohttp.ClientError, OSError, ProtocolError) as exc:
-            if _reset_by_client(exc, request):
+            if reset_by_client(exc, request):
                 raise  # a write to a client that went away: ``_watched`` counts a disconnect
             if (isinstance(exc, TimeoutError) and headers_received
                     and attempt.tick(loop.time()) is not None and attempt.stopped):
                 return
             raise map_upstream_exception(exc, headers_received=headers_received) from None
 
-    # -- accounting --------------------------------------------------------------------
-
-    def _record_verdict(self, ex: Exchange, attempt: Attempt, verdict: Verdict) -> None:
-        ex.verdicts.append(verdict)
-        mode = ex.mode if ex.mode in ("enforce", "cut", "shadow") else "enforce"
-        self.metrics.runaway(ex.model, verdict.detector, verdict.channel, mode)
-        self.metrics.detection_point(verdict.detector, verdict.at_token)
-        if attempt.stopped:
-            self.metrics.wasted_tokens(ex.model, attempt.counted_tokens)
-            if ex.max_tokens is not None:
-                self.metrics.saved_tokens(ex.model, ex.max_tokens - attempt.counted_tokens)
-        loop = asyncio.get_running_loop()
-        log.warning("runaway", **runaway_log_fields(
-            verdict, request_id=ex.request_id, model=ex.model,
-            seconds=loop.time() - ex.started, mode=ex.mode, attempt=attempt.number))
-
-    def _reissue_done(self, ex: Exchange,
-                      reissue: tuple[LadderStep, ReissueOutcome] | None) -> None:
-        """Count how a reissue went (``None``: the attempt was the first, not a reissue)."""
-        if reissue is not None:
-            self.metrics.reissue(ex.model, *reissue)
-
-    def _account(self, request: web.Request, ex: Exchange, sink: Sink) -> None:
-        loop = asyncio.get_running_loop()
-        seconds = loop.time() - ex.started
-        self.metrics.request_done(ex.api.route, ex.outcome, ex.model)
-        self.metrics.observe_thinking(ex.model, ex.thinking_tokens, seconds if
-                                      ex.thinking_tokens else 0.0)
-        self.metrics.content_tokens(ex.model, ex.content_tokens)
-        log.info("access", **access_log_fields(
-            method=request.method, path=request.path, status=sink.status, route=ex.api.route,
-            outcome=ex.outcome, model=ex.model, request_id=ex.request_id, duration_s=seconds,
-            bytes_sent=sink.bytes_sent, upstream_status=ex.upstream_status))
-
-
 # -- helpers ---------------------------------------------------------------------------------
-
-
-_RESETS = (ConnectionResetError, aiohttp.ClientConnectionResetError)
 
 
 class _Reused:
@@ -736,74 +668,9 @@ def _client(cfg: Config, connector: aiohttp.TCPConnector,
     return session
 
 
-def _reset_by_client(exc: BaseException, request: web.Request) -> bool:
-    """Whether ``exc`` is a connection reset while the client's connection is gone or
-    closing: the client's doing, not the upstream's. A write to a client that went away
-    fails before aiohttp has dropped the transport, while it is only closing."""
-    transport = request.transport
-    return isinstance(exc, _RESETS) and (transport is None or transport.is_closing())
-
-
 def _upstream_headers(request: web.Request) -> list[tuple[str, str]]:
     """The client's headers as sent upstream with a watched request's JSON body (hop-by-hop
     ones, ``Accept-Encoding`` and the client's ``Content-Type`` left out)."""
     headers = forward_headers(request.headers, drop=("accept-encoding", "content-type"))
     headers["Content-Type"] = "application/json"
     return list(headers.items())
-
-
-async def _timed_body(request: web.Request, silence: float) -> AsyncIterator[bytes]:
-    """The request body as it arrives; raises ``ClientBodyTimeout`` when no byte came for
-    ``silence`` seconds (a slowloris body must not hold a handler, or an upstream
-    connection, forever)."""
-    reader = request.content
-    while True:
-        try:
-            async with asyncio.timeout(silence):
-                chunk = await reader.readany()
-        except TimeoutError:
-            raise ClientBodyTimeout from None
-        if not chunk:
-            return
-        yield chunk
-
-
-class _TimedBody:
-    """A pass-through request body for the upstream client, remembering whether it ended
-    because the client stalled (aiohttp wraps the reason in a ``ClientConnectionError``)."""
-
-    def __init__(self, request: web.Request, timeout: float) -> None:
-        self._request, self._timeout = request, timeout
-        self.timed_out = False
-
-    async def chunks(self) -> AsyncIterator[bytes]:
-        try:
-            async for chunk in _timed_body(self._request, self._timeout):
-                yield chunk
-        except ClientBodyTimeout:
-            self.timed_out = True
-            raise
-
-
-def _in_stream_error(message: str, code: int | None) -> UpstreamError:
-    """The error a non-streaming client gets for an in-stream ``{"error": ...}`` event."""
-    err = UpstreamError(message or "upstream failed mid-response")
-    if code is not None and 400 <= code < 600:
-        err.status = code
-    err.error_type = "InternalServerError" if err.status == 500 else err.error_type
-    return err
-
-
-def _body_timeout_response(api: WireApi | None) -> web.Response:
-    resp = _json_error(api, 408, "request body not received in time", "RequestTimeoutError")
-    resp.force_close()  # the rest of the body may still trickle in: do not read it
-    return resp
-
-
-def _json_error(api: WireApi | None, status: int, message: str, error_type: str,
-                param: str | None = None) -> web.Response:
-    """An error of the sidecar's own (or an upstream failure before any answer) in the
-    shape of ``api``'s errors; OpenAI's on paths of no watched API."""
-    body = (api.error_body(status, message, error_type, param) if api is not None
-            else error_body(message, error_type, status, param))
-    return web.Response(status=status, body=body, content_type="application/json")
