@@ -11,8 +11,9 @@ connections) and ``sidecar.net.fleet`` (the optional Redis behind the runaway me
 
 Two kinds of routes:
 
-- pass-through, for every method and path that is not watched: status, headers (minus
-  hop-by-hop) and body are relayed as they arrive, in both directions;
+- pass-through, for every method and path that is not watched (``sidecar.net.relay``):
+  status, headers (minus hop-by-hop) and body are relayed as they arrive, in both
+  directions;
 - watched, one per registered wire API (``sidecar.apis.REGISTRY``): the upstream stream
   is decoded and fed to the detectors while its original bytes are forwarded. On a
   verdict the handler leaves the upstream response (closing the connection, so vLLM
@@ -26,11 +27,9 @@ that block the same way.
 from __future__ import annotations
 
 import asyncio
-import errno
 import math
 import time
 import uuid
-from types import SimpleNamespace
 from typing import Any
 
 import aiohttp
@@ -38,10 +37,8 @@ import orjson
 import structlog
 from aiohttp import web
 from aiohttp.typedefs import Handler
-from yarl import URL
 
 from detectors import DetectorConfig
-from sidecar.apis import api_for_path
 from sidecar.codecs.http1 import ProtocolError
 from sidecar.config import Config
 from sidecar.core.attempt import Attempt, AttemptSpec, Totals
@@ -50,7 +47,7 @@ from sidecar.core.exchange import Exchange, watchable
 from sidecar.core.ladder import Ended, Ladder, Next
 from sidecar.core.plan import Refusal, plan
 from sidecar.core.wire import Opened, Splicer, WireApi
-from sidecar.dialects import DIALECTS, PROBES, ProbeAnswer, detect, effective_config
+from sidecar.dialects import DIALECTS, PROBES, detect, effective_config
 from sidecar.errors import (
     ClientBodyTimeout,
     RequestTooLarge,
@@ -59,20 +56,18 @@ from sidecar.errors import (
     Waited,
     map_upstream_exception,
 )
-from sidecar.labels import Outcome
 from sidecar.net import accounting
 from sidecar.net.client import (
     RESETS,
-    TimedBody,
     body_timeout_response,
     in_stream_error,
     json_error,
     read_body,
     reset_by_client,
-    timed_body,
 )
 from sidecar.net.fleet import Fleet
 from sidecar.net.headers import forward_headers
+from sidecar.net.relay import Relay
 from sidecar.net.sinks import BodySink, Sink, StreamSink
 from sidecar.net.upstream import UpstreamPool
 from sidecar.obs.metrics import Metrics
@@ -84,11 +79,6 @@ _STALL_GRANULARITY = 1.0  # seconds; the stall deadline is pushed back at most t
 #: Runaway-memory keys of the marks of cut reasoning (``Splicer.marks``), apart from the
 #: prompt fingerprints.
 CUT_PREFIX = "cut:"
-#: Pass-through request bodies of a known length up to this size are read whole before they
-#: are sent, so that one can be sent again when its reused upstream connection closed before
-#: answering. Larger bodies, and bodies of unknown length, are streamed as they arrive and
-#: never sent twice.
-PASSTHROUGH_RESEND_BYTES = 1024 * 1024
 
 
 class _InternalError(UpstreamError):
@@ -115,48 +105,29 @@ class Proxy:
         self.metrics = metrics
         self.fleet = Fleet(config, metrics)
         self.policy = Policy(rules_of(config.policy.rules, config.policy.presets))
+        self.draining = False
         self._base = config.upstream.rstrip("/")
-        self._session: aiohttp.ClientSession | None = None
-        self._fresh: aiohttp.ClientSession | None = None  # new connections only, for resends
+        self._relay = Relay(self._base, metrics)
         # Watched requests: their own connections and HTTP/1.1 reader (``sidecar.net.upstream``)
         # and their own read timeout (``_attempt``).
         self._upstream = UpstreamPool(
             self._base, self.config.upstream_connect_timeout_seconds,
             self.config.upstream_keepalive_seconds,
             on_retry=lambda: metrics.upstream_retry("watched"))
-        self.draining = False
 
     # -- lifecycle -------------------------------------------------------------------
 
     async def start(self) -> None:
-        """Open the pass-through routes' upstream pool (aiohttp's; one per process), which
-        keeps idle connections ``upstream_keepalive_seconds`` (its timer closes them), and a
-        second client whose connections are never reused, for resends. The watched
+        """Open the pass-through routes' upstream client (``sidecar.net.relay``; one per
+        process), then, with ``dialect = "auto"``, probe the upstream. The watched
         requests' pool (``sidecar.net.upstream``) opens connections as it needs them."""
-        cfg = self.config
-        keepalive = cfg.upstream_keepalive_seconds
-        reuse = aiohttp.TraceConfig()
-        reuse.on_connection_reuseconn.append(_note_reuse)
-        self._session = _client(cfg, aiohttp.TCPConnector(
-            limit=0, enable_cleanup_closed=True, keepalive_timeout=keepalive,
-        ) if keepalive > 0 else aiohttp.TCPConnector(limit=0, force_close=True), [reuse])
-        self._fresh = _client(cfg, aiohttp.TCPConnector(limit=0, force_close=True), [])
-        if cfg.dialect == "auto":
+        await self._relay.start(self.config)
+        if self.config.dialect == "auto":
             await self._detect_dialect()
 
     async def _detect_dialect(self) -> None:
         """``dialect = "auto"``: probe the upstream once and keep what it looks like."""
-        answers: dict[str, ProbeAnswer] = {}
-        for path in PROBES:
-            try:
-                async with await self._request(
-                    "GET", self._base + path, timeout=aiohttp.ClientTimeout(total=2)
-                ) as resp:
-                    answers[path] = ProbeAnswer(resp.status, resp.headers.get("Server", ""),
-                                                await resp.content.read(64 * 1024))
-            except (TimeoutError, aiohttp.ClientError, OSError):
-                answers[path] = ProbeAnswer(None)
-        found = detect(answers)
+        found = detect({path: await self._relay.probe(path) for path in PROBES})
         self.dialect = found.dialect
         self.config = effective_config(self.config, self.dialect)
         (log.info if found.certain else log.warning)(
@@ -165,9 +136,7 @@ class Proxy:
 
     async def close(self) -> None:
         """Close the upstream pools and the fleet memory's Redis pool."""
-        for session in (self._session, self._fresh):
-            if session is not None:
-                await session.close()
+        await self._relay.close()
         self._upstream.close()
         await self.fleet.close()
 
@@ -178,122 +147,16 @@ class Proxy:
         self.config = effective_config(config, self.dialect)
         self.policy = Policy(rules_of(config.policy.rules, config.policy.presets))
 
-    @property
-    def session(self) -> aiohttp.ClientSession:
-        assert self._session is not None, "Proxy.start() was not awaited"
-        return self._session
-
-    def _url(self, request: web.Request) -> URL:
-        # The upstream is fixed by config: the request contributes only path and query,
-        # appended to it as text, so no request can make the sidecar call another host.
-        return URL(self._base + request.raw_path, encoded=True)
-
     async def upstream_ready(self) -> bool:
-        """Readiness: the upstream answered ``GET /health`` with a 2xx."""
-        try:
-            async with await self._request(
-                "GET", self._base + self.dialect.health_path,
-                timeout=aiohttp.ClientTimeout(total=2),
-            ) as resp:
-                return 200 <= resp.status < 300
-        except (TimeoutError, aiohttp.ClientError, OSError):
-            return False
-
-    async def _request(self, method: str, url: str | URL, *, data: Any = None,
-                       resendable: bool = True, **kwargs: Any) -> aiohttp.ClientResponse:
-        """Send a request on the pass-through pool and return its response, whose head has
-        arrived (use it as an async context manager). When the request went out on a reused
-        connection that closed before any response byte, the upstream had closed it idle
-        and never read the request: a ``resendable`` request (its body is held whole, or it
-        has none) is then sent once more, on a new connection, and counted. A request whose
-        body was streamed is never sent twice."""
-        reused = _Reused()
-        try:
-            return await self.session.request(method, url, data=data, allow_redirects=False,
-                                              trace_request_ctx=reused, **kwargs)
-        except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError,
-                aiohttp.ClientConnectionResetError) as exc:
-            if not (resendable and reused.reused and _unanswered(exc)):
-                raise
-        self.metrics.upstream_retry("passthrough")
-        assert self._fresh is not None
-        return await self._fresh.request(method, url, data=data, allow_redirects=False,
-                                         **kwargs)
+        """Readiness: the upstream answered its dialect's health path with a 2xx."""
+        return await self._relay.ready(self.dialect.health_path)
 
     # -- pass-through ----------------------------------------------------------------
 
-    async def passthrough(self, request: web.Request,
-                          body: bytes | None = None) -> web.StreamResponse:
-        """Relay any request as-is; ``body`` replaces the request stream when the watched
-        handler already read it. A body of a known length up to
-        :data:`PASSTHROUGH_RESEND_BYTES` is read whole first, so that the request can be
-        sent again (see :meth:`_request`); any other is streamed as it arrives."""
-        started = time.monotonic()
-        if not request.raw_path.startswith("/"):
-            return json_error(None, 400, "request target must be a path", "BadRequestError")
-        data: Any = body
-        timed: TimedBody | None = None
-        resp: web.StreamResponse | None = None
-        status: int | None = None
-        outcome: Outcome = "ok"
-        sent = 0
-        try:
-            if body is None and request.body_exists:
-                length = request.content_length
-                if length is not None and length <= PASSTHROUGH_RESEND_BYTES:
-                    data = b"".join([chunk async for chunk in timed_body(
-                        request, self.config.client_body_timeout_seconds)])
-                else:
-                    timed = TimedBody(request, self.config.client_body_timeout_seconds)
-                    data = timed.chunks()
-            async with await self._request(
-                request.method, self._url(request), data=data, resendable=timed is None,
-                headers=forward_headers(request.headers),
-            ) as up:
-                status = up.status
-                resp = web.StreamResponse(status=up.status, reason=up.reason,
-                                          headers=forward_headers(up.headers))
-                if up.content_length is not None and "Transfer-Encoding" not in up.headers:
-                    resp.content_length = up.content_length
-                await resp.prepare(request)
-                async for chunk in up.content.iter_any():
-                    sent += len(chunk)
-                    await resp.write(chunk)
-                    del chunk  # not held while the next read waits
-                await resp.write_eof()
-                return resp
-        except asyncio.CancelledError:
-            outcome = "client_disconnect"
-            self.metrics.client_disconnect("passthrough")
-            raise
-        except ClientBodyTimeout:
-            outcome = "rejected"  # the client's body stalled, not the upstream
-            return body_timeout_response(api_for_path(request.path))
-        except (TimeoutError, aiohttp.ClientError, OSError) as exc:
-            if resp is not None and reset_by_client(exc, request):
-                outcome = "client_disconnect"
-                self.metrics.client_disconnect("passthrough")
-                # As the watched path does: a client that went away is no server error,
-                # and aiohttp logs any other exception from a handler with a traceback.
-                raise asyncio.CancelledError from None
-            if timed is not None and timed.timed_out and resp is None:
-                outcome = "rejected"  # the client's body stalled, not the upstream
-                return body_timeout_response(api_for_path(request.path))
-            err = map_upstream_exception(exc, headers_received=resp is not None)
-            self.metrics.upstream_error(err.kind)
-            outcome = "upstream_error"
-            if resp is None:
-                return json_error(api_for_path(request.path), err.status, str(err),
-                                   err.error_type)
-            # Headers are gone and the body is not ours to frame: cut the connection
-            # so the client sees a truncated response rather than a silent short one.
-            if request.transport is not None:
-                request.transport.close()
-            return resp
-        finally:
-            accounting.passthrough_done(
-                self.metrics, request, outcome=outcome, status=resp.status if resp else 502,
-                upstream_status=status, bytes_sent=sent, seconds=time.monotonic() - started)
+    async def passthrough(self, request: web.Request) -> web.StreamResponse:
+        """The handler of every route that is not watched: relay the request as it is
+        (``sidecar.net.relay``)."""
+        return await self._relay.relay(request, self.config)
 
     # -- watched routes --------------------------------------------------------------
 
@@ -301,7 +164,7 @@ class Proxy:
         """The request handler of a watched API's route."""
         async def watched(request: web.Request) -> web.StreamResponse:
             if api.ollama_native and not self.dialect.native_ndjson:
-                return await self.passthrough(request)  # "auto" found another server
+                return await self._relay.relay(request, self.config)  # "auto" found another server
             return await self._watched(request, api)
 
         return watched
@@ -326,9 +189,9 @@ class Proxy:
             body = None
         if not isinstance(body, dict) or not watchable(raw, body):
             # Not ours to judge: vLLM answers malformed requests with its own 400.
-            return await self.passthrough(request, raw)
+            return await self._relay.relay(request, cfg, raw)
         if not api.watchable(body):
-            return await self.passthrough(request, raw)
+            return await self._relay.relay(request, cfg, raw)
         marks = api.history_marks(body)
         if marks:
             cut = await self.fleet.recalled([CUT_PREFIX + m for m in marks],
@@ -345,7 +208,7 @@ class Proxy:
             return json_error(api, 400, planned.message, "BadRequestError",
                                param=planned.param)
         if planned.mode == "off":
-            return await self.passthrough(request, raw)
+            return await self._relay.relay(request, cfg, raw)
         decision = planned.decision
         facts = api.facts(body)
         if (decision.thinking == "off" and decision.source != "client"
@@ -616,56 +479,6 @@ class Proxy:
             raise map_upstream_exception(exc, headers_received=headers_received) from None
 
 # -- helpers ---------------------------------------------------------------------------------
-
-
-class _Reused:
-    """Whether a pass-through request went out on a reused connection (set by the trace
-    callback :func:`_note_reuse`)."""
-
-    __slots__ = ("reused",)
-
-    def __init__(self) -> None:
-        self.reused = False
-
-
-async def _note_reuse(_session: aiohttp.ClientSession, ctx: SimpleNamespace,
-                      _params: aiohttp.TraceConnectionReuseconnParams) -> None:
-    if isinstance(ctx.trace_request_ctx, _Reused):
-        ctx.trace_request_ctx.reused = True
-
-
-def _unanswered(exc: BaseException) -> bool:
-    """Whether ``exc``, raised before the response head, says the connection closed before
-    any byte of a response: aiohttp's ``ServerDisconnectedError`` carries what it had parsed
-    of a response, and only a text when it had none; a reset comes before any response."""
-    if isinstance(exc, aiohttp.ServerDisconnectedError):
-        return isinstance(exc.message, str)
-    if isinstance(exc, aiohttp.ClientConnectionResetError):
-        return True
-    return isinstance(exc, aiohttp.ClientOSError) and exc.errno in (errno.ECONNRESET,
-                                                                    errno.EPIPE)
-
-
-def _client(cfg: Config, connector: aiohttp.TCPConnector,
-            traces: list[aiohttp.TraceConfig]) -> aiohttp.ClientSession:
-    """An upstream client for pass-through routes, with the configured timeouts."""
-    session = aiohttp.ClientSession(
-        connector=connector,
-        timeout=aiohttp.ClientTimeout(
-            total=None,
-            connect=cfg.upstream_connect_timeout_seconds,
-            sock_read=cfg.upstream_read_timeout_seconds,
-        ),
-        auto_decompress=False,
-        skip_auto_headers=("User-Agent", "Accept-Encoding", "Content-Type"),
-        trace_configs=traces,
-    )
-    # aiohttp resends an idempotent request once when its connection closes before the
-    # response, whatever the connection, the body or the bytes received; ``_request``
-    # resends by its own rule (any method, reused connection, nothing received, body held)
-    # and counts it, so aiohttp's is switched off: a request goes out at most twice.
-    session._retry_connection = False
-    return session
 
 
 def _upstream_headers(request: web.Request) -> list[tuple[str, str]]:
