@@ -27,19 +27,15 @@ that block the same way.
 from __future__ import annotations
 
 import asyncio
-import math
 import time
 import uuid
-from typing import Any
 
-import aiohttp
 import orjson
 import structlog
 from aiohttp import web
 from aiohttp.typedefs import Handler
 
 from detectors import DetectorConfig
-from sidecar.codecs.http1 import ProtocolError
 from sidecar.config import Config
 from sidecar.core.attempt import Attempt, AttemptSpec, Totals
 from sidecar.core.bodies import useful_reasoning
@@ -51,10 +47,7 @@ from sidecar.dialects import DIALECTS, PROBES, detect, effective_config
 from sidecar.errors import (
     ClientBodyTimeout,
     RequestTooLarge,
-    UpstreamDisconnected,
     UpstreamError,
-    Waited,
-    map_upstream_exception,
 )
 from sidecar.net import accounting
 from sidecar.net.client import (
@@ -66,7 +59,7 @@ from sidecar.net.client import (
     reset_by_client,
 )
 from sidecar.net.fleet import Fleet
-from sidecar.net.headers import forward_headers
+from sidecar.net.pump import pump
 from sidecar.net.relay import Relay
 from sidecar.net.sinks import BodySink, Sink, StreamSink
 from sidecar.net.upstream import UpstreamPool
@@ -75,7 +68,6 @@ from sidecar.policy.rules import Policy, rules_of
 
 log = structlog.get_logger("runaway_sidecar")
 
-_STALL_GRANULARITY = 1.0  # seconds; the stall deadline is pushed back at most this often
 #: Runaway-memory keys of the marks of cut reasoning (``Splicer.marks``), apart from the
 #: prompt fingerprints.
 CUT_PREFIX = "cut:"
@@ -86,14 +78,6 @@ class _InternalError(UpstreamError):
 
     status = 500
     error_type = "InternalServerError"
-
-
-class _UpstreamStatus(Exception):
-    """The upstream answered with something other than a 200 event stream."""
-
-    def __init__(self, status: int, headers: Any, body: bytes) -> None:
-        super().__init__(status)
-        self.status, self.headers, self.body = status, headers, body
 
 
 class Proxy:
@@ -109,7 +93,7 @@ class Proxy:
         self._base = config.upstream.rstrip("/")
         self._relay = Relay(self._base, metrics)
         # Watched requests: their own connections and HTTP/1.1 reader (``sidecar.net.upstream``)
-        # and their own read timeout (``_attempt``).
+        # and their own read timeout (``sidecar.net.pump``).
         self._upstream = UpstreamPool(
             self._base, self.config.upstream_connect_timeout_seconds,
             self.config.upstream_keepalive_seconds,
@@ -291,24 +275,25 @@ class Proxy:
                                keep_reasoning=ex.mode == "enforce" and ladder.salvage_ahead)
             attempt = opened.attempt(spec)
             try:
-                await self._attempt(request, ex, attempt, upstream, sink)
+                answer = await pump(self._upstream, request, ex, attempt, upstream, sink)
             except asyncio.CancelledError:
                 if ex.delivered:
                     # The client left once it had its response's end, before the upstream
                     # ended the body: the exchange is counted as it ended.
                     self._settle(ex, ladder, attempt)
                 raise
-            except _UpstreamStatus as st:
-                if number == 0:
-                    ex.upstream_status = st.status
-                    await sink.relay(st.status, st.headers, st.body)
-                nxt = ladder.after(Ended(status=st.status))
-                if nxt.kind == "fail":
-                    refused = UpstreamError(f"reissue failed with upstream status {st.status}")
-                    await self._fail(ex, nxt, refused, splicer, sink)
-                return
             except UpstreamError as err:
                 await self._fail(ex, ladder.after(Ended(failed=err.kind)), err, splicer, sink)
+                return
+            if answer is not None:  # not a stream: an error status, usually
+                if number == 0:
+                    ex.upstream_status = answer.status
+                    await sink.relay(answer.status, answer.headers, answer.body)
+                nxt = ladder.after(Ended(status=answer.status))
+                if nxt.kind == "fail":
+                    refused = UpstreamError(
+                        f"reissue failed with upstream status {answer.status}")
+                    await self._fail(ex, nxt, refused, splicer, sink)
                 return
             nxt = self._settle(ex, ladder, attempt)
             verdict = attempt.verdict
@@ -376,114 +361,3 @@ class Proxy:
         """Carry out a ``fail`` from the ladder: count it and report ``err``."""
         accounting.counted(self.metrics, ex, nxt)
         await sink.fail(err, splicer.error(err))
-
-    async def _attempt(self, request: web.Request, ex: Exchange, attempt: Attempt,
-                       data: bytes, sink: Sink) -> None:
-        """One upstream request with body ``data``, pumped through ``attempt`` into ``sink``."""
-        stall = ex.config.detectors.stall_seconds
-        read_timeout = ex.config.upstream_read_timeout_seconds or None
-        # One deadline serves the clock-driven detectors and the read timeout: it wakes
-        # after ``window`` without bytes (the shorter of the two), then every ``step``.
-        window = min(w for w in (stall, read_timeout, math.inf) if w is not None)
-        # A silence is noticed between ``window`` and ``window + step`` after the last byte.
-        step = min(_STALL_GRANULARITY, window / 4)
-        loop = asyncio.get_running_loop()
-        headers_received = False
-        try:
-            path = ex.api.path
-            # The upstream's answer head within the read timeout, as sock_read would.
-            try:
-                async with asyncio.timeout(read_timeout):
-                    # The headers are built in the call: this frame lives as long as the
-                    # stream, and does not keep them.
-                    up = await self._upstream.post(path, _upstream_headers(request), data)
-            except TimeoutError as exc:  # (without a read timeout: the connect timeout's)
-                raise map_upstream_exception(exc, headers_received=False, waited=None if (
-                    read_timeout is None) else Waited("head", read_timeout)) from None
-            async with up:
-                headers_received = True
-                ctype = up.headers.get("Content-Type", "")
-                if up.status != 200 or not ctype.startswith(
-                        ex.api.stream_type):
-                    raise _UpstreamStatus(up.status, up.headers, await up.read())
-                ex.upstream_status = up.status
-                sink.upstream_headers(up.take_headers())
-                # The deadline is pushed back at most once per ``step`` while bytes arrive.
-                # When it expires the clock-driven detectors look, and reading goes on
-                # unless their verdict stops the attempt (not in shadow mode) or nothing
-                # came for ``read_timeout``. No byte came after ``heard_by``: a byte read
-                # later pushes the deadline back, to ``window`` after the new ``heard_by``.
-                heard_by = loop.time() + step
-                deadline_at = heard_by + window if window < math.inf else None
-                while True:
-                    writing = False
-                    try:
-                        async with asyncio.timeout_at(deadline_at) as deadline:
-                            while True:
-                                chunk = await up.readany()
-                                now = loop.time()
-                                if not chunk:
-                                    tail = attempt.eof(now)
-                                    if tail:
-                                        writing = True
-                                        await sink.write(tail)
-                                    break
-                                out = attempt.feed(chunk, now)
-                                # Neither the read nor what it became stays bound while
-                                # the next read waits: an idle stream would hold both
-                                # (up to a whole coalesced read each).
-                                del chunk
-                                if out:
-                                    writing = True
-                                    await sink.write(out)
-                                    writing = False
-                                del out
-                                if attempt.done and ex.client_stream:
-                                    ex.delivered = True  # the client has its stream's end
-                                # ``stopped`` is a property: no call while there is no verdict.
-                                if attempt.verdict is not None and attempt.stopped:
-                                    break
-                                if deadline_at is not None and now > heard_by:
-                                    heard_by = now + step
-                                    deadline_at = heard_by + window
-                                    deadline.reschedule(deadline_at)
-                        break
-                    except TimeoutError as exc:
-                        if not deadline.expired():
-                            raise  # not the deadline's: a timeout from further down
-                        now = loop.time()
-                        if writing:
-                            # A client slow to take bytes held the write past the deadline
-                            # (the bytes are in the transport already): upstream is not
-                            # silent, nothing was read meanwhile.
-                            heard_by = now + step
-                            deadline_at = heard_by + window
-                            continue
-                        if read_timeout is not None and now - heard_by >= read_timeout:
-                            raise map_upstream_exception(
-                                exc, headers_received=True,
-                                waited=Waited("silence", read_timeout)) from None
-                        if attempt.tick(now) is not None and attempt.stopped:
-                            break
-                        deadline_at = now + step
-                if attempt.stopped:
-                    up.close()  # not release(): vLLM must see the disconnect and abort
-                elif attempt.truncated:
-                    raise UpstreamDisconnected("upstream ended the stream before it finished")
-        except (TimeoutError, aiohttp.ClientError, OSError, ProtocolError) as exc:
-            if reset_by_client(exc, request):
-                raise  # a write to a client that went away: ``_watched`` counts a disconnect
-            if (isinstance(exc, TimeoutError) and headers_received
-                    and attempt.tick(loop.time()) is not None and attempt.stopped):
-                return
-            raise map_upstream_exception(exc, headers_received=headers_received) from None
-
-# -- helpers ---------------------------------------------------------------------------------
-
-
-def _upstream_headers(request: web.Request) -> list[tuple[str, str]]:
-    """The client's headers as sent upstream with a watched request's JSON body (hop-by-hop
-    ones, ``Accept-Encoding`` and the client's ``Content-Type`` left out)."""
-    headers = forward_headers(request.headers, drop=("accept-encoding", "content-type"))
-    headers["Content-Type"] = "application/json"
-    return list(headers.items())

@@ -190,8 +190,9 @@ class UpstreamResponse:
 
     def release(self) -> None:
         """Give the connection back to the pool if the response ended cleanly and the
-        connection may carry another request; close it otherwise."""
-        if self._reader.done and self._reader.reusable and not self._pending:
+        connection may carry another request (and was not closed); close it otherwise."""
+        if (self._reader.done and self._reader.reusable and not self._pending
+                and not self._conn.closed):
             self._pool.put(self._conn)
         else:
             self._conn.close()
