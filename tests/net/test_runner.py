@@ -1,4 +1,5 @@
-"""Cut and reissue through the proxy, against the simulated node, in every mode."""
+"""The exchange runner (``sidecar.net.runner``): cut and reissue through the proxy, against
+the simulated node, in every mode."""
 
 from __future__ import annotations
 
