@@ -327,7 +327,11 @@ class Attempt(abc.ABC):
             elif kind is Usage:
                 # Kept whether or not the client asked: a server started with
                 # --enable-force-include-usage sends it anyway, and so must we.
-                self.usage = item
+                usage = self.usage
+                # llama.cpp ends each choice with its own usage: the attempt's is their
+                # sum (vLLM's one final usage replaces its cumulative ones).
+                self.usage = (usage.plus(item) if item.final and usage is not None
+                              and usage.final else item)
             elif kind is Done:
                 self.done = True
             elif kind is StreamError:
