@@ -111,12 +111,14 @@ class Totals:
     #: Earlier attempts cut before their usage arrived; each is billed the prompt size
     #: of an attempt that reported usage (the same prompt, sent again).
     unknown_prompts: int = 0
-    #: The prompt size the last attempt that reported usage had (0 while none did).
+    #: The prompt size the last attempt that reported usage had; before any did, the
+    #: estimate the exchange started with (``sidecar.core.bodies.prompt_estimate``).
     last_prompt: int = 0
 
     def usage(self) -> dict[str, Any]:
         """The usage object for a response that ends without upstream usage (every
-        attempt cut): all tokens generated, the prompt billed once per attempt."""
+        attempt cut): all tokens generated, the prompt billed once per attempt (at its
+        estimate when no attempt reported usage)."""
         prompt = self.prompt_tokens + self.unknown_prompts * self.last_prompt
         return {"prompt_tokens": prompt, "total_tokens": prompt + self.completion_tokens,
                 "completion_tokens": self.completion_tokens,

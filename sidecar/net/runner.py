@@ -44,6 +44,7 @@ from detectors import DetectorConfig, Verdict
 from sidecar.config import Config, ThinkingOffRule
 from sidecar.core import prepare
 from sidecar.core.attempt import Attempt, AttemptSpec, Totals
+from sidecar.core.bodies import prompt_estimate
 from sidecar.core.exchange import Exchange
 from sidecar.core.ladder import Ended, Ladder, Next
 from sidecar.core.plan import Refusal
@@ -200,7 +201,9 @@ class _Run:
                 and await self.fleet.recalls(ex.facts.fingerprint, loop.time())):
             self.body = prepare.memory_body(ex.api, self.raw, ex.facts, self.rules)
             log.info("runaway_memory_hit", request_id=ex.request_id, model=ex.model)
-        earlier = Totals()
+        # An attempt cut before the upstream's usage is billed the prompt's estimate
+        # until one reports the real size.
+        earlier = Totals(last_prompt=prompt_estimate(self.raw))
         index_map: Mapping[int, int] = {}
         while True:
             attempt = self._attempt(earlier, index_map)
