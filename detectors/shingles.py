@@ -209,7 +209,6 @@ class ShingleTable:
                 # fewest steps.
                 fps[slot] = fp
                 pairs[pi] = 16 if slot & 1 else 1
-                c = 0
             else:
                 c = (b >> 4) if slot & 1 else (b & 15)
                 if not c or fps[slot] != fp:
@@ -232,15 +231,16 @@ class ShingleTable:
                     append(c)
             if filled >= hist:  # the table is full-size (see ``_grow``)
                 o = ring[rpos]
-                if o != dropped:
-                    b = pairs[o >> 1]
-                    if o & 1:
-                        if b >> 4:
-                            pairs[o >> 1] = b - 16
-                    elif b & 15:
-                        pairs[o >> 1] = b - 1
                 ring[rpos] = slot
                 rpos = (rpos + 1) & wrap  # ``history`` is a power of two
+                if o != dropped:  # forget the oldest shingle
+                    po = o >> 1
+                    b = pairs[po]
+                    if o & 1:
+                        if b >> 4:
+                            pairs[po] = b - 16
+                    elif b & 15:
+                        pairs[po] = b - 1
             else:  # the ring grows to ``history`` entries, then wraps
                 filled += 1
                 if not less:
