@@ -296,7 +296,10 @@ class RecurrenceAnalyzer:
                             code = True
                 else:
                     ls = False
-                    item = c0 in _BULLETS or c0.isdigit()
+                    # A line that starts with a one-letter name ("A and B cross") is a
+                    # step of a list, as a numbered one is ("I" is a pronoun).
+                    item = (c0 in _BULLETS or c0.isdigit()
+                            or (len(tok) == 1 and "A" <= c0 <= "Z" and c0 != "I"))
                     line_code = fence or (indented and (prev_code or opener) and not item)
                     if keys and (held or item or line_code != code):
                         self._count(keys, held, code)
@@ -332,6 +335,11 @@ class RecurrenceAnalyzer:
                     unit.sig = crc32(tok.encode(), unit.sig)
                     unit.num_at = n_seen
                     unit.nums += 1
+                    if unit.end_at == n_seen - 1 and c0 != "I" and not held:
+                        # A sentence that starts with a one-letter name (". A and B"):
+                        # the line is a list, as after an enumerator.
+                        self._count(keys, held, code)
+                        held = unit.held = True
                 elif held:
                     unit.words += 1
             push(key)

@@ -516,12 +516,6 @@ def test_number_items_alone_still_add_nothing() -> None:
     assert feed_text(_reasoning(14)[:3000] + "".join(lines)) is None
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open (issue 38): the guard (a line or a sentence that starts with a one-letter"
-    " name is a list step, as a numbered one is) waits for the recurrence refactor to land;"
-    " the accumulation fires at 3,072 to 4,608 characters",
-)
 @pytest.mark.parametrize("lines", [True, False])
 @pytest.mark.parametrize("seed", [None, 0, 1])
 def test_candidates_written_as_prose_never_add_up(lines: bool, seed: int | None) -> None:
