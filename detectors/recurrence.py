@@ -321,12 +321,9 @@ class RecurrenceAnalyzer:
                         unit.num_at = n_seen
                         unit.nums += 1
                 elif c0 in _ENDS:
-                    if (
-                        c0 == "."
-                        and unit.num_at == n_seen - 1
-                        and unit.end_at == n_seen - 2
-                        and not held
-                    ):  # an enumerator inside the line (". 2. A"): a list
+                    # An enumerator inside the line (". 2. A"): a list.
+                    if (c0 == "." and unit.num_at == n_seen - 1
+                            and unit.end_at == n_seen - 2 and not held):
                         self._count(keys, held, code)
                         held = unit.held = True
                     unit.end_at = n_seen
@@ -336,8 +333,7 @@ class RecurrenceAnalyzer:
                     unit.num_at = n_seen
                     unit.nums += 1
                     if unit.end_at == n_seen - 1 and c0 != "I" and not held:
-                        # A sentence that starts with a one-letter name (". A and B"):
-                        # the line is a list, as after an enumerator.
+                        # A sentence starts with a one-letter name (". A and B"): a list.
                         self._count(keys, held, code)
                         held = unit.held = True
                 elif held:
