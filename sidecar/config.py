@@ -153,6 +153,9 @@ class Config:
     model_allowlist: tuple[str, ...] = ()  # model names used as metric labels; others: "other"
     workers: int = 1  # processes sharing the listen port (SO_REUSEPORT)
     drain_timeout_seconds: float = 30.0  # SIGTERM: how long in-flight streams may finish
+    # How often the --config file is checked for a change, which reloads it as SIGHUP
+    # does (0: never). Catches a Kubernetes ConfigMap update (sidecar/service/config_watch.py).
+    config_watch_seconds: float = 5.0
     upstream_connect_timeout_seconds: float = 10.0
     upstream_read_timeout_seconds: float = 300.0  # max silence between upstream bytes (0: none)
     # How long an idle upstream connection is kept for the next request (0: not kept). It
@@ -225,8 +228,9 @@ def validate(cfg: Config) -> None:
     for key in ("client_header_timeout_seconds", "client_body_timeout_seconds"):
         if not getattr(cfg, key) > 0:
             raise ConfigError(f"key '{key}': must be positive")
-    if not 0 <= cfg.upstream_keepalive_seconds < math.inf:
-        raise ConfigError("key 'upstream_keepalive_seconds': must be 0 or more, and finite")
+    for key in ("upstream_keepalive_seconds", "config_watch_seconds"):
+        if not 0 <= getattr(cfg, key) < math.inf:
+            raise ConfigError(f"key '{key}': must be 0 or more, and finite")
     ladders = [cfg.reissue.ladder, *(d.ladder for d in cfg.reissue.dialect_ladders)]
     for step in (s for ladder in ladders for s in ladder):
         if step not in ("no-think", "salvage") and not (

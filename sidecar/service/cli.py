@@ -49,6 +49,10 @@ Under systemd socket activation (LISTEN_PID, LISTEN_FDS, LISTEN_FDNAMES) it serv
 passed socket instead of binding --listen (and a second one named "metrics" instead of
 --metrics-listen); with --workers every worker serves that socket. When the unit sets
 WatchdogSec, the event loop sends WATCHDOG=1 every half of it (deploy/README.md).
+
+SIGHUP reloads the config; so does a change of the --config file, checked every
+config_watch_seconds (default 5; 0: never), which is how a Kubernetes ConfigMap update
+reaches it.
 """
 
 
@@ -188,7 +192,8 @@ def _serve(args: argparse.Namespace) -> int:
 
     code: int = asyncio.run(run_server(
         cfg, lambda: load_config(args.config, overrides=overrides),
-        reuse_port=os.environ.get(WORKER_ENV) == "1", inherited=inherited))
+        reuse_port=os.environ.get(WORKER_ENV) == "1", inherited=inherited,
+        config_file=args.config))
     return code
 
 

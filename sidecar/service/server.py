@@ -12,7 +12,8 @@
 - SIGHUP: reload the config (file, environment, the original flags); detector
   thresholds, modes, ladder and per-model settings apply to requests that start after
   it. A bad reload is logged and counted, and the old config stays. ``upstream`` and the
-  listen addresses need a restart.
+  listen addresses need a restart. A change of the config file itself triggers the same
+  reload within ``config_watch_seconds`` (``sidecar.service.config_watch``).
 - SIGUSR1: log one ``runtime_stats`` line (asyncio tasks, open client connections).
 """
 
@@ -24,6 +25,7 @@ import gc
 import os
 import signal
 from collections.abc import Callable
+from pathlib import Path
 
 import orjson
 import structlog
@@ -37,7 +39,7 @@ from sidecar.errors import ConfigError
 from sidecar.net.proxy import Proxy
 from sidecar.obs.logs import configure_logging
 from sidecar.obs.metrics import Metrics
-from sidecar.service import liveness, sdnotify
+from sidecar.service import config_watch, liveness, sdnotify
 from sidecar.service.activation import Inherited, describe
 from sidecar.service.app import PROXY, make_app
 from sidecar.service.health import make_metrics_app
@@ -57,7 +59,7 @@ ACCEPT_GRACE_SECONDS = 0.25
 RESTART_ONLY = ("upstream", "listen", "metrics_listen", "workers", "dialect",
                 "upstream_keepalive_seconds", "upstream_connect_timeout_seconds",
                 "upstream_read_timeout_seconds", "client_header_timeout_seconds",
-                "max_header_bytes", "api_key")
+                "max_header_bytes", "api_key", "config_watch_seconds")
 
 
 def restart_needed(current: Config, new: Config) -> str:
@@ -90,9 +92,12 @@ async def run_server(
     reuse_port: bool = False,
     registry: CollectorRegistry | None = None,
     inherited: Inherited | None = None,
+    config_file: Path | None = None,
 ) -> int:
     """Serve until SIGTERM/SIGINT; return the exit code. ``inherited`` holds the listening
-    sockets passed by systemd (or a supervisor), served instead of binding the addresses."""
+    sockets passed by systemd (or a supervisor), served instead of binding the addresses.
+    ``config_file`` (the ``--config`` file) is watched for changes every
+    ``config_watch_seconds``."""
     inherited = inherited or Inherited()
     configure_logging(cfg.log_format, cfg.log_level)
     registry = registry or CollectorRegistry()
@@ -124,9 +129,12 @@ async def run_server(
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     current = [cfg]
+    watched = config_watch.WatchedFile(config_file) if config_file is not None else None
 
     def reload() -> None:
         sdnotify.reloading()
+        if watched is not None:
+            watched.mark()  # what this reload reads is no change for the watcher
         new: Config | None
         try:
             new = reload_config()
@@ -177,6 +185,9 @@ async def run_server(
         stop.set()
 
     liveness.watch_supervisor(supervisor_gone)
+    if watched is not None and cfg.config_watch_seconds > 0:
+        background.append(asyncio.create_task(
+            config_watch.watch(watched, cfg.config_watch_seconds, reload)))
     await stop.wait()
     sdnotify.stopping()
     log.info("draining", timeout_s=cfg.drain_timeout_seconds)
