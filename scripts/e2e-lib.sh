@@ -132,3 +132,31 @@ start_sidecar_for() {  # start_sidecar_for NAME UPSTREAM CONFIG
   SIDECAR_URL_OUT=http://127.0.0.1:$port
   SIDECAR_METRICS_OUT=http://127.0.0.1:$mport
 }
+
+# ------------------------------------------------------------------ vLLM (CPU build)
+
+# Never leave loopback, never phone home: the models are local directories.
+export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 VLLM_NO_USAGE_STATS=1 DO_NOT_TRACK=1
+# The CPU build turns --gpu-memory-utilization 0.15 into 15% of the node's memory per server
+# (3.2 GiB of KV cache on a 24 GiB machine, allocated up front); 1 GiB holds 130k tokens of
+# these models, so the KV cache is set explicitly and four servers fit.
+export VLLM_CPU_KVCACHE_SPACE=${VLLM_CPU_KVCACHE_SPACE:-1}
+
+VLLM_ARGS=(--reasoning-parser qwen3 --dtype float32 --enforce-eager
+           --gpu-memory-utilization 0.15 --max-model-len 8192)
+
+# A vLLM server of the venv at $VENV on a free loopback port, serving MODEL_DIR under
+# each NAME; sets VLLM_URL_OUT and VLLM_PID_OUT (its process group). Its log is
+# $LOGS/vllm-LOGNAME.log.
+start_vllm_server() {  # start_vllm_server LOGNAME MODEL_DIR NAME...
+  local logname=$1 model=$2 port
+  shift 2
+  port=$(free_port)
+  # tests/e2e/vllm_site: vLLM's CPU engine sleeps instead of spinning on sched_yield (see there).
+  PYTHONPATH="$ROOT/tests/e2e/vllm_site" setsid "$VENV/bin/python" -m vllm.entrypoints.openai.api_server \
+    --model "$model" --served-model-name "$@" \
+    --host 127.0.0.1 --port "$port" "${VLLM_ARGS[@]}" >"$LOGS/vllm-$logname.log" 2>&1 &
+  PIDS+=($!)
+  VLLM_PID_OUT=$!
+  VLLM_URL_OUT=http://127.0.0.1:$port
+}

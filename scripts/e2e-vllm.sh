@@ -120,27 +120,12 @@ build_models() {
 
 # ------------------------------------------------------------------------------- servers
 
-# Never leave loopback, never phone home: the models are local directories.
-export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 VLLM_NO_USAGE_STATS=1 DO_NOT_TRACK=1
-# The CPU build turns --gpu-memory-utilization 0.15 into 15% of the node's memory per server
-# (3.2 GiB of KV cache on a 24 GiB machine, allocated up front); 1 GiB holds 130k tokens of
-# these models, so the KV cache is set explicitly and four servers fit.
-export VLLM_CPU_KVCACHE_SPACE=${VLLM_CPU_KVCACHE_SPACE:-1}
-
-VLLM_ARGS=(--reasoning-parser qwen3 --dtype float32 --enforce-eager
-           --gpu-memory-utilization 0.15 --max-model-len 8192)
-
 declare -A VLLM_URL SIDECAR_URL SIDECAR_METRICS
 
 start_vllm() {
-  local kind=$1 port
-  port=$(free_port)
-  # tests/e2e/vllm_site: vLLM's CPU engine sleeps instead of spinning on sched_yield (see there).
-  PYTHONPATH="$ROOT/tests/e2e/vllm_site" setsid "$VENV/bin/python" -m vllm.entrypoints.openai.api_server \
-    --model "$MODELS/$kind" --served-model-name "tiny-$kind" \
-    --host 127.0.0.1 --port "$port" "${VLLM_ARGS[@]}" >"$LOGS/vllm-$kind.log" 2>&1 &
-  PIDS+=($!)
-  VLLM_URL[$kind]=http://127.0.0.1:$port
+  local kind=$1
+  start_vllm_server "$kind" "$MODELS/$kind" "tiny-$kind"
+  VLLM_URL[$kind]=$VLLM_URL_OUT
 }
 
 start_sidecar() {
