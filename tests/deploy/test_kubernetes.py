@@ -156,3 +156,38 @@ def test_base_renders_without_the_components() -> None:
     sidecar = next(c for c in base["Deployment", "vllm"]["spec"]["template"]["spec"]["containers"]
                    if c["name"] == "runaway-sidecar")
     assert all(e["name"] != "RUNAWAY_SIDECAR_POLICY_REDIS_URL" for e in sidecar["env"])
+
+
+def test_production_stack_post_renderer(tmp_path: Path) -> None:
+    """On the chart's engine Deployment and Service (tests/data/production-stack), the
+    post-renderer adds the sidecar on port 8000 under the port name the engine Service
+    targets, keeps vLLM on the values' port 8200 (the sidecar's upstream), and mounts the
+    config as a directory."""
+    kubectl = os.environ.get("KUBECTL") or shutil.which("kubectl")
+    assert kubectl is not None
+    chart = ROOT / "tests" / "data" / "production-stack" / "chart-output.yaml"
+    done = subprocess.run([str(KUSTOMIZE / "production-stack" / "post-render.sh")],
+                          input=chart.read_text(), capture_output=True, text=True,
+                          timeout=60, env=dict(os.environ, KUBECTL=kubectl), check=False)
+    assert done.returncode == 0, done.stderr
+    out = {(d["kind"], d["metadata"]["name"]): d for d in yaml.safe_load_all(done.stdout) if d}
+    pod = out["Deployment", "vllm-qwen3-deployment-vllm"]["spec"]["template"]["spec"]
+    containers = {c["name"]: c for c in pod["containers"]}
+    (service,) = [p for p in out["Service", "vllm-qwen3-engine-service"]["spec"]["ports"]
+                  if p["name"] == "service-port"]
+    targets = [(name, p["containerPort"]) for name, c in containers.items()
+               for p in c.get("ports", []) if p["name"] == service["targetPort"]]
+    assert targets == [("runaway-sidecar", _port(Config().listen))]
+    vllm = containers["vllm"]
+    assert vllm["command"][vllm["command"].index("--port") + 1] == "8200"
+    assert vllm["ports"][0] == {"name": "vllm", "containerPort": 8200}
+    assert vllm["readinessProbe"]["httpGet"]["port"] == 8200
+    path = tmp_path / "config.toml"
+    path.write_text(out["ConfigMap", "runaway-sidecar-config"]["data"]["config.toml"])
+    sidecar = containers["runaway-sidecar"]
+    cfg = load_config(path, env={e["name"]: e["value"] for e in sidecar["env"]})
+    assert cfg.upstream == "http://127.0.0.1:8200"
+    assert cfg.listen == "0.0.0.0:8000"
+    assert sidecar["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    (mount,) = [m for m in sidecar["volumeMounts"] if m["mountPath"] == "/etc/runaway-sidecar"]
+    assert "subPath" not in mount
