@@ -82,9 +82,9 @@ def stop(proc: subprocess.Popen[bytes]) -> None:
     proc.wait(timeout=5)
 
 
-def stop_group(pid: int, timeout: float = 20.0) -> None:
+def stop_group(pid: int, timeout: float = 20.0) -> str:
     """SIGTERM to the process group ``pid`` leads, SIGKILL to what is left after
-    ``timeout``."""
+    ``timeout``; says which ended it."""
     with contextlib.suppress(ProcessLookupError):
         os.killpg(pid, signal.SIGTERM)
     deadline = time.monotonic() + timeout
@@ -92,10 +92,11 @@ def stop_group(pid: int, timeout: float = 20.0) -> None:
         try:
             os.killpg(pid, 0)
         except ProcessLookupError:
-            return
+            return "SIGTERM"
         time.sleep(0.2)
     with contextlib.suppress(ProcessLookupError):
         os.killpg(pid, signal.SIGKILL)
+    return f"SIGKILL after {timeout:g} s"
 
 
 @dataclass
