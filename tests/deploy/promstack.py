@@ -108,13 +108,15 @@ class Prometheus:
 
     @classmethod
     def launch(cls, binary: str, workdir: Path, *, rules: str, scrape: dict[str, str],
-               alertmanager: str, interval: str = "1s") -> Prometheus:
-        """Scrape ``scrape`` (job -> host:port) and evaluate ``rules`` every ``interval``;
-        send alerts to ``alertmanager`` (host:port)."""
+               alertmanager: str, scrape_interval: str = "2s",
+               evaluation_interval: str = "1s") -> Prometheus:
+        """Scrape ``scrape`` (job -> host:port) every ``scrape_interval`` (also the scrape
+        timeout), evaluate ``rules`` every ``evaluation_interval``, send alerts to
+        ``alertmanager`` (host:port)."""
         (workdir / "rules.yml").write_text(rules)
         config = {  # JSON is YAML
-            "global": {"scrape_interval": interval, "scrape_timeout": interval,
-                       "evaluation_interval": interval},
+            "global": {"scrape_interval": scrape_interval, "scrape_timeout": scrape_interval,
+                       "evaluation_interval": evaluation_interval},
             "rule_files": ["rules.yml"],
             "alerting": {"alertmanagers": [{"static_configs": [{"targets": [alertmanager]}]}]},
             "scrape_configs": [{"job_name": job, "static_configs": [{"targets": [target]}]}
