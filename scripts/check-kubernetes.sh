@@ -19,7 +19,7 @@
 # 5. pytest -m kubernetes (tests/deploy/test_kubernetes.py): ports, probes, mounts and
 #    rules against the sidecar's own defaults.
 # kubernetes-validate and checkov live in a venv of their own, $CACHE/deploy-tools-venv
-# (first run: about a minute of downloads); checkov is told never to call home.
+# (first run: about 30 s of downloads); checkov is told never to call home.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
