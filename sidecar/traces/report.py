@@ -1,9 +1,10 @@
 """``calibrate --html``: one self-contained page (inline CSS and SVG, no script, no
 external asset) that shows a calibration (pure: reports in, HTML out).
 
-Per model: what the settings in force and the proposal do, each threshold's margin over
-the healthy maxima, and the proposed ``[[models]]`` entry. Then per trace one chart over
-its whole text (x: the character offset, 0 to the text's length):
+A summary table links to each model's section (``#model-N``, in the order of the
+reports). Per model: what the settings in force and the proposal do, each threshold's
+margin over the healthy maxima, and the proposed ``[[models]]`` entry. Then per trace one
+chart over its whole text (x: the character offset, 0 to the text's length):
 
 - each calibrated rule's score along the reasoning, divided by its threshold in force, so
   every rule fires where its line reaches 1 (the grey line);
@@ -61,8 +62,8 @@ def page(reports: Sequence[ModelReport], *, margin: float, limit: int = 400,
              f"{_e(title)}</title><style>{CSS}</style></head><body>",
              f"<h1>{_e(title)}</h1>", _summary(reports), _legend()]
     charts = 0
-    for report in reports:
-        parts.append(_model(report, margin))
+    for n, report in enumerate(reports, 1):
+        parts.append(_model(report, margin, n))
         for item in _ordered(report):
             if charts >= limit:
                 parts.append(f"<div class='trace'>{_header(item, report)} "
@@ -81,10 +82,11 @@ def _e(text: object) -> str:
 def _summary(reports: Sequence[ModelReport]) -> str:
     """One row per model: what the settings in force and the proposal do."""
     rows = []
-    for r in reports:
+    for n, r in enumerate(reports, 1):
         c, a = r.current, r.after
         rows.append(
-            f"<tr><td>{_e(r.model)}</td><td>{c.loops}</td><td>{c.healthy}</td>"
+            f"<tr><td><a href='#model-{n}'>{_e(r.model)}</a></td><td>{c.loops}</td>"
+            f"<td>{c.healthy}</td>"
             f"<td>{c.caught} &rarr; {a.caught}</td>"
             f"<td>{c.false_alarms} &rarr; {a.false_alarms}</td>"
             f"<td>{_delay(c)} &rarr; {_delay(a)}</td>"
@@ -111,7 +113,7 @@ def _legend() -> str:
             + "".join(spans) + "</p>")
 
 
-def _model(report: ModelReport, margin: float) -> str:
+def _model(report: ModelReport, margin: float, n: int) -> str:
     c, a = report.current, report.after
     rows = []
     for name, o in (("settings in force", c), ("proposal", a)):
@@ -129,7 +131,7 @@ def _model(report: ModelReport, margin: float) -> str:
     table = ("<table><tr><th>threshold</th><th>healthy max</th><th>in force</th>"
              "<th>margin</th><th>proposed</th><th>margin</th></tr>" + "".join(margins)
              + "</table>") if margins else ""
-    return (f"<h2>{_e(report.model)}</h2><p>{c.loops} loops, {c.healthy} healthy, "
+    return (f"<h2 id='model-{n}'>{_e(report.model)}</h2><p>{c.loops} loops, {c.healthy} healthy, "
             f"{len(report.ambiguous)} ambiguous (shown, not scored).</p>"
             "<table><tr><th></th><th>loops caught</th><th>false alarms</th>"
             "<th>median delay after onset (loops)</th></tr>" + "".join(rows) + "</table>"
