@@ -43,6 +43,9 @@ class Score:
     running_max: bool
     #: A threshold this rule never reaches.
     off: float
+    #: The least a calibrated threshold stays above the healthy maximum, besides the
+    #: ratio: small counts need a difference (the default 8 copies is 5 + 3).
+    gap: float = 0.0
 
     @property
     def key(self) -> str:
@@ -53,7 +56,8 @@ class Score:
 #: The calibrated rules, in the order the chain asks their detectors.
 SCORES: tuple[Score, ...] = (
     Score("periodic", "copy", "periodic_copy_chars", lambda a: a.copied, True, False, 10**9),
-    Score("restatement", "copies", "restatement_copies", lambda a: a.most, True, True, 10**9),
+    Score("restatement", "copies", "restatement_copies", lambda a: a.most, True, True, 10**9,
+          gap=3),
     Score("recurrence", "evidence", "recurrence_evidence", lambda a: a.evidence, False, False,
           float("inf")),
     Score("recurrence", "window", "recurrence_threshold", lambda a: a.window_score, False,

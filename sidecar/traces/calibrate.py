@@ -10,10 +10,11 @@ and its ``[[models]]`` entry) and its scores are read along the reasoning
   threshold's margin over the highest value the model's healthy traces reach (a ratio:
   threshold / maximum), the thinking budget's over the longest healthy reasoning;
 - a proposal, one ``[[models]]`` entry: each threshold set to ``margin`` times the healthy
-  maximum (a count: at least one more), the thinking budget to ``margin`` times the most
-  thinking tokens of a healthy trace, rounded up to 256. A value is raised whenever its
-  margin is smaller than that; it is lowered (and a budget set where there was none)
-  only with at least ``min_healthy`` healthy traces, and never below half its value;
+  maximum (a count of copies: at least 3 more, ``Score.gap``), the thinking budget to
+  ``margin`` times the most thinking tokens of a healthy trace, rounded up to 256. A
+  value is raised whenever its margin is smaller than that; it is lowered (and a budget
+  set where there was none) only with at least ``min_healthy`` healthy traces, never
+  below half its value, and never for a rule no healthy trace moved or a count of copies;
 - then the proof: every healthy trace is replayed with the proposal, and a detector that
   still fires on one (by a rule with no calibrated threshold, or on the answer) is
   switched off for the model, with a note, until none does. The budget is above every
@@ -172,7 +173,7 @@ def _margin(value: float | None, top: float, integer: bool) -> dict[str, Any]:
 def _above(score: Score, top: float, margin: float) -> float:
     """The lowest value of ``score``'s threshold with ``margin`` over ``top``."""
     if score.integer:
-        return float(max(math.floor(top) + 1, math.ceil(top * margin)))
+        return float(max(math.floor(top) + 1, math.ceil(top * margin), top + score.gap))
     value = math.ceil(top * margin * 100) / 100
     if score.name == "window" and value > 1.0:
         return 1.0 if top < 1.0 else _SHARE_OFF
@@ -200,8 +201,9 @@ def propose(items: Sequence[Scored], config: DetectorConfig, budget: int | None,
             continue
         target = _above(score, top, margin)
         if target < current:
-            # A rule no healthy trace moved says nothing about how low it may go.
-            if not may_lower or top <= 0:
+            # A rule no healthy trace moved says nothing about how low it may go; a small
+            # count (copies of a statement) moves by whole steps, too coarse to lower on.
+            if not may_lower or top <= 0 or score.gap:
                 continue
             target = max(target, current / 2)
             target = float(math.ceil(target)) if score.integer else math.ceil(target * 100) / 100
