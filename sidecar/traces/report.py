@@ -15,8 +15,9 @@ chart over its whole text (x: the character offset, 0 to the text's length):
 
 Each marker carries ``data-at`` (its offset) and each chart ``data-id`` and
 ``data-chars``, so a test can check a marker's position. Traces are ordered loops,
-healthy (nearest to a threshold first), ambiguous; past ``limit`` charts the rest are
-listed by name only.
+healthy (nearest to a threshold first), ambiguous; past ``limit`` charts (given to every
+model's loops first, then to the healthy traces nearest a threshold) the rest are listed
+by name only.
 """
 
 from __future__ import annotations
@@ -61,16 +62,19 @@ def page(reports: Sequence[ModelReport], *, margin: float, limit: int = 400,
     parts = [f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>"
              f"{_e(title)}</title><style>{CSS}</style></head><body>",
              f"<h1>{_e(title)}</h1>", _summary(reports), _legend()]
-    charts = 0
+    # The charts go to the loops of every model first, then to the healthy traces that
+    # come nearest a threshold, then to the ambiguous ones.
+    ranked = sorted(((_rank(item, r), id(item)) for r in reports for item in _ordered(r)),
+                    key=lambda pair: pair[0])
+    charted = {key for _, key in ranked[:limit]}
     for n, report in enumerate(reports, 1):
         parts.append(_model(report, margin, n))
         for item in _ordered(report):
-            if charts >= limit:
+            if id(item) in charted:
+                parts.append(_chart(item, report))
+            else:
                 parts.append(f"<div class='trace'>{_header(item, report)} "
                              "(no chart: past the page's limit)</div>")
-                continue
-            parts.append(_chart(item, report))
-            charts += 1
     parts.append("</body></html>")
     return "\n".join(parts)
 
@@ -147,6 +151,14 @@ def _ordered(report: ModelReport) -> list[Scored | Trace]:
     healthy = sorted((s for s in report.items if s.label == "healthy"),
                      key=lambda s: -_closeness(s, report))
     return [*loops, *healthy, *report.ambiguous]
+
+
+def _rank(item: Scored | Trace, report: ModelReport) -> tuple[int, float]:
+    """Which traces get a chart first (lowest): loops, then healthy traces nearest a
+    threshold, then the ambiguous ones."""
+    if not isinstance(item, Scored):
+        return (2, 0.0)
+    return (0, 0.0) if item.label == "loop" else (1, -_closeness(item, report))
 
 
 def _closeness(item: Scored, report: ModelReport) -> float:
