@@ -6,11 +6,18 @@ are mapped onto them.
     SidecarError
     ├── ConfigError(ValueError)            bad config file, flag or env var; exit code 2
     ├── RequestTooLarge                    client body over ``max_body_bytes``; 413
+    ├── ClientBodyTimeout                  the client went silent mid-body; 408
     └── UpstreamError                      anything that went wrong talking to the upstream
         ├── UpstreamConnectError           refused, DNS, reset before headers; 502
         ├── UpstreamTimeoutError(TimeoutError)  connect/read timeout, stall; 504
         ├── UpstreamDisconnected           the upstream closed mid-stream; 502
         └── UpstreamProtocolError          invalid SSE or JSON from the upstream; 502
+
+Every exception that leaves the I/O layer (``sidecar.net``, ``sidecar.service``) is one
+of these. What the layers below raise stays theirs and is mapped here, in
+:func:`map_upstream_exception`: aiohttp's and asyncio's exceptions, the HTTP/1.1 codec's
+(:mod:`sidecar.codecs.http1`), and the expiry of one of the sidecar's own upstream timers
+(:class:`Waited`).
 
 Before the client has seen a status line an ``UpstreamError`` becomes an OpenAI-style
 JSON body with its ``status``; afterwards it travels in the stream as
@@ -20,6 +27,8 @@ JSON body with its ``status``; afterwards it travels in the stream as
 from __future__ import annotations
 
 import asyncio
+from dataclasses import dataclass
+from typing import Literal
 
 import aiohttp
 import orjson
@@ -38,6 +47,10 @@ class ConfigError(SidecarError, ValueError):
 
 class RequestTooLarge(SidecarError):
     """The client's request body is larger than the configured limit."""
+
+
+class ClientBodyTimeout(SidecarError):
+    """The client sent no byte of its request body for ``client_body_timeout_seconds``."""
 
 
 class UpstreamError(SidecarError):
@@ -72,14 +85,39 @@ class UpstreamProtocolError(UpstreamError):
     kind = "protocol"
 
 
-def map_upstream_exception(exc: BaseException, *, headers_received: bool) -> UpstreamError:
-    """Translate an aiohttp/asyncio exception raised while talking to the upstream.
+#: What the sidecar waited for when one of its own upstream timers expired, and the message
+#: the client gets for it (``{:g}``: the timer's seconds).
+_WAITED_FOR = {
+    "connect": "upstream connect timed out after {:g} s",
+    "head": "no response from upstream within {:g} s",
+    "silence": "no bytes from upstream for {:g} s",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Waited:
+    """One of the sidecar's own timers on the upstream, which expired: ``connect`` (a new
+    connection), ``head`` (the response's head after the request was sent) or ``silence``
+    (the next body bytes), after ``seconds``."""
+
+    what: Literal["connect", "head", "silence"]
+    seconds: float
+
+
+def map_upstream_exception(exc: BaseException, *, headers_received: bool,
+                           waited: Waited | None = None) -> UpstreamError:
+    """Translate an exception raised while talking to the upstream (aiohttp's, asyncio's
+    or the HTTP/1.1 codec's) into the sidecar's own; an ``UpstreamError`` is returned as it
+    is.
 
     ``headers_received`` tells a reset before the status line (a connect error) from a
-    reset in the middle of the body.
+    reset in the middle of the body. ``waited``: the ``TimeoutError`` is the expiry of
+    that timer of the sidecar's, and its message says which.
     """
     if isinstance(exc, UpstreamError):
         return exc
+    if waited is not None and isinstance(exc, TimeoutError):
+        return UpstreamTimeoutError(_WAITED_FOR[waited.what].format(waited.seconds))
     if isinstance(exc, Truncated):
         if headers_received:
             return UpstreamDisconnected("upstream closed the connection mid-response")

@@ -118,12 +118,14 @@ class Totals:
     #: Earlier attempts cut before their usage arrived; each is billed the prompt size
     #: of an attempt that reported usage (the same prompt, sent again).
     unknown_prompts: int = 0
-    #: The prompt size the last attempt that reported usage had (0 while none did).
+    #: The prompt size the last attempt that reported usage had; before any did, the
+    #: estimate the exchange started with (``sidecar.core.bodies.prompt_estimate``).
     last_prompt: int = 0
 
     def usage(self) -> dict[str, Any]:
         """The usage object for a response that ends without upstream usage (every
-        attempt cut): all tokens generated, the prompt billed once per attempt."""
+        attempt cut): all tokens generated, the prompt billed once per attempt (at its
+        estimate when no attempt reported usage)."""
         prompt = self.prompt_tokens + self.unknown_prompts * self.last_prompt
         return {"prompt_tokens": prompt, "total_tokens": prompt + self.completion_tokens,
                 "completion_tokens": self.completion_tokens,
@@ -382,7 +384,11 @@ class Attempt(abc.ABC):
             elif kind is Usage:
                 # Kept whether or not the client asked: a server started with
                 # --enable-force-include-usage sends it anyway, and so must we.
-                self.usage = item
+                usage = self.usage
+                # llama.cpp ends each choice with its own usage: the attempt's is their
+                # sum (vLLM's one final usage replaces its cumulative ones).
+                self.usage = (usage.plus(item) if item.final and usage is not None
+                              and usage.final else item)
             elif kind is Done:
                 self.done = True
             elif kind is StreamError:

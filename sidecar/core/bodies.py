@@ -3,7 +3,8 @@
 Every function returns a new value and leaves its input alone. The API modules build
 their own request bodies (what a first attempt or a reissue sends) from these: merging a
 thinking-off patch, telling whether the client turned thinking off, the prompt's
-fingerprint for the runaway memory, and the useful part of a cut reasoning.
+fingerprint for the runaway memory, the useful part of a cut reasoning, and the
+prompt's size estimated when the upstream reported none.
 """
 
 from __future__ import annotations
@@ -81,3 +82,16 @@ def prompt_fingerprint(body: Mapping[str, Any]) -> str:
     key = {k: body.get(k) for k in ("model", "messages", "prompt", "tools", "system")}
     digest = hashlib.blake2b(orjson.dumps(key, option=orjson.OPT_SORT_KEYS), digest_size=16)
     return digest.hexdigest()
+
+
+#: Bytes of a request body per prompt token, for :func:`prompt_estimate`.
+BYTES_PER_PROMPT_TOKEN = 4
+
+
+def prompt_estimate(raw: bytes) -> int:
+    """An estimate of the prompt tokens of the request body ``raw`` (at least 1): what an
+    attempt cut before any upstream usage is billed for its prompt while no attempt of
+    the exchange has reported the real size (``Totals.last_prompt``). One token per
+    :data:`BYTES_PER_PROMPT_TOKEN` bytes of JSON, about what tokenizers make of English
+    and code, JSON syntax and template tokens roughly even."""
+    return max(1, len(raw) // BYTES_PER_PROMPT_TOKEN)

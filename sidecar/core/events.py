@@ -56,12 +56,23 @@ class Finish:
 
 @dataclass(frozen=True, slots=True)
 class Usage:
-    """Token counts the upstream reported; ``final`` when they close the stream."""
+    """Token counts the upstream reported; ``final`` when they close the stream (or, on
+    llama.cpp, one of its ``n`` choices: each ends with its own)."""
 
     prompt_tokens: int
     completion_tokens: int
     reasoning_tokens: int | None
     final: bool
+    #: How many final reports these counts add up (one per choice on llama.cpp).
+    reports: int = 1
+
+    def plus(self, other: Usage) -> Usage:
+        """The final usage of two choices' reports together."""
+        reasoning = (None if self.reasoning_tokens is None and other.reasoning_tokens is None
+                     else (self.reasoning_tokens or 0) + (other.reasoning_tokens or 0))
+        return Usage(self.prompt_tokens + other.prompt_tokens,
+                     self.completion_tokens + other.completion_tokens, reasoning,
+                     final=True, reports=self.reports + other.reports)
 
 
 @dataclass(frozen=True, slots=True)

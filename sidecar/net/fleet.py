@@ -14,7 +14,6 @@ With ``policy.redis_url`` set, every node reads and writes the same Redis:
 Every Redis call has a short timeout. When Redis cannot be reached the node falls back to
 its local memory (which it always keeps up to date too), logs a warning at most once per
 ``_WARN_EVERY`` seconds and counts the error; a request never fails because Redis is down.
-This module and ``sidecar/net/proxy.py`` are the only ones that talk to the network.
 """
 
 from __future__ import annotations

@@ -19,10 +19,11 @@ any byte of the response arrived, the upstream never read the request: ``post`` 
 once more, on a new connection, and calls ``on_retry``. A connection that was new, or one
 that closes after the response began, is never retried.
 
-Errors: :class:`~sidecar.errors.UpstreamTimeoutError` when the connect timeout passes, and,
-mapped by ``sidecar.errors.map_upstream_exception``: ``OSError`` from connecting or from
-the socket, :class:`~sidecar.codecs.http1.Truncated` when the connection closed before the head
-or mid-body, and :class:`~sidecar.codecs.http1.ProtocolError` for a response that is not HTTP/1.1.
+Errors: :class:`~sidecar.errors.UpstreamTimeoutError` when the connect timeout passes (made
+by ``sidecar.errors.map_upstream_exception``), and, for the caller to map there:
+``OSError`` from connecting or from the socket, :class:`~sidecar.codecs.http1.Truncated`
+when the connection closed before the head or mid-body, and
+:class:`~sidecar.codecs.http1.ProtocolError` for a response that is not HTTP/1.1.
 
 Reading is flow-controlled: the socket stops being read once :data:`HIGH_WATER` bytes wait
 unread (a client slower than the upstream), and resumes when they are taken.
@@ -41,7 +42,7 @@ from multidict import CIMultiDict, CIMultiDictProxy
 from yarl import URL
 
 from sidecar.codecs.http1 import ResponseHead, ResponseReader, Truncated, request_head
-from sidecar.errors import UpstreamTimeoutError
+from sidecar.errors import Waited, map_upstream_exception
 
 #: Unread bytes at which a connection stops reading its socket.
 HIGH_WATER = 256 * 1024
@@ -189,8 +190,9 @@ class UpstreamResponse:
 
     def release(self) -> None:
         """Give the connection back to the pool if the response ended cleanly and the
-        connection may carry another request; close it otherwise."""
-        if self._reader.done and self._reader.reusable and not self._pending:
+        connection may carry another request (and was not closed); close it otherwise."""
+        if (self._reader.done and self._reader.reusable and not self._pending
+                and not self._conn.closed):
             self._pool.put(self._conn)
         else:
             self._conn.close()
@@ -279,9 +281,10 @@ class UpstreamPool:
                 _, conn = await loop.create_connection(
                     _Connection, self._host, self._port, ssl=self._ssl,
                     server_hostname=self._host if self._ssl is not None else None)
-        except TimeoutError:
-            raise UpstreamTimeoutError(
-                f"upstream connect timed out after {self._connect_timeout:g} s") from None
+        except TimeoutError as exc:
+            timer = self._connect_timeout
+            raise map_upstream_exception(exc, headers_received=False, waited=None if (
+                timer is None) else Waited("connect", timer)) from None
         return conn
 
     async def post(self, path: str, headers: Iterable[tuple[str, str]],

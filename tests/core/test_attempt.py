@@ -1,16 +1,30 @@
 """The format-neutral books of a watched attempt (``sidecar.core.attempt``): the bounded
 text a choice keeps for salvage (``KeptText``, which a Responses splicer keeps its open
-item's text in as well)."""
+item's text in as well); its usage, and the totals carried from attempt to attempt (fed
+through the chat API's attempt as the I/O layer makes it, ``WireApi.open``)."""
 
 from __future__ import annotations
 
 import gc
+from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 
 from detectors import DetectorConfig, default_chain
-from sidecar.core.attempt import MAX_KEPT_REASONING, ChoiceState, KeptText
+from sidecar.apis.openai.api import CHAT
+from sidecar.core.attempt import (
+    MAX_KEPT_REASONING,
+    Attempt,
+    AttemptSpec,
+    ChoiceState,
+    KeptText,
+    Totals,
+)
+from sidecar.dialects import DIALECTS
+
+LLAMACPP = Path(__file__).parent.parent / "data" / "captures" / "llama.cpp"
 
 
 def _state() -> ChoiceState:
@@ -94,3 +108,65 @@ def test_a_cleared_keeper_starts_over_and_stays_the_one_bound() -> None:
     kept.clear()
     keep("new")
     assert (kept.text(), len(kept)) == ("new", 3)
+
+
+# -- usage and totals ---------------------------------------------------------------
+
+
+def attempt(n: int, earlier: Totals | None = None) -> Attempt:
+    """A first attempt of a streaming chat request for ``n`` choices."""
+    facts = CHAT.facts({"model": "m", "stream": True, "n": n, "messages": []})
+    opened = CHAT.open(facts, DIALECTS["vllm"], request_id="r", model="m")
+    return opened.attempt(AttemptSpec(number=0, detectors=DetectorConfig(), started_at=0.0,
+                                      exchange_started=0.0, earlier=earlier or Totals()))
+
+
+def chunk(choices: list[dict[str, Any]], usage: dict[str, int] | None = None) -> bytes:
+    obj: dict[str, Any] = {"id": "c", "object": "chat.completion.chunk", "created": 1,
+                           "model": "m", "choices": choices}
+    if usage is not None:
+        obj["usage"] = usage
+    return b"data: " + orjson.dumps(obj) + b"\n\n"
+
+
+def test_per_choice_usage_is_summed() -> None:
+    """llama.cpp ends each of ``n`` choices with a usage chunk of its own
+    (``chat_n2.sse``): the attempt's usage is their sum, not the last one's."""
+    one = attempt(2)
+    one.feed((LLAMACPP / "chat_n2.sse").read_bytes(), 0.0)
+    assert one.usage is not None
+    assert (one.usage.prompt_tokens, one.usage.completion_tokens) == (2 * 27, 2 * 24)
+    assert one.totals().completion_tokens == 2 * 24
+
+
+def test_cumulative_usage_is_not_summed() -> None:
+    """vLLM's cumulative usage on every chunk, then its one final usage: the final one."""
+    one = attempt(1)
+    for tokens in (1, 2):
+        one.feed(chunk([{"index": 0, "delta": {"content": "x"}}],
+                       {"prompt_tokens": 7, "completion_tokens": tokens}), 0.0)
+    one.feed(chunk([{"index": 0, "delta": {}, "finish_reason": "stop"}]), 0.0)
+    one.feed(chunk([], {"prompt_tokens": 7, "completion_tokens": 2}), 0.0)
+    assert one.usage is not None
+    assert (one.usage.prompt_tokens, one.usage.completion_tokens) == (7, 2)
+
+
+def test_a_cut_attempt_without_usage_bills_the_prompt_estimate() -> None:
+    """An attempt cut before any usage, when none reported one: billed the estimate the
+    exchange started with (``Totals.last_prompt``)."""
+    first = attempt(1, Totals(last_prompt=40))
+    first.feed(chunk([{"index": 0, "delta": {"reasoning": "Hmm"}}]), 0.0)
+    books = first.totals()
+    assert books.usage()["prompt_tokens"] == 40
+    assert books.usage()["total_tokens"] == 40 + books.completion_tokens == 41
+
+
+@pytest.mark.parametrize(("totals", "prompt"), [
+    (Totals(), 0),
+    (Totals(unknown_prompts=2, last_prompt=30), 60),  # two cut attempts, estimated
+    (Totals(prompt_tokens=25, unknown_prompts=1, last_prompt=25), 50),  # one reported
+])
+def test_totals_bill_the_prompt_once_per_attempt(totals: Totals, prompt: int) -> None:
+    """The prompt is billed once per attempt, at the size the last report (or, before any,
+    the estimate) gave."""
+    assert totals.usage()["prompt_tokens"] == prompt

@@ -112,6 +112,29 @@ async def test_unwatched_endpoint_passes_through(dialect_stack: DialectStack,
     assert "sim-loop" in models
 
 
+@pytest.mark.parametrize("stream", [False, True])
+async def test_llamacpp_bills_every_choice_of_a_reissue(dialect_stack: DialectStack,
+                                                        stream: bool) -> None:
+    """llama.cpp ends each of ``n`` choices with its own usage chunk: a reissue's usage
+    counts every choice, and the tokens billed are vLLM's for the same exchange."""
+    body = {**LOOP_BODY, "n": 2, "stream": stream,
+            **({"stream_options": {"include_usage": True}} if stream else {})}
+    billed = []
+    for dialect in ("vllm", "llamacpp"):
+        stack = await dialect_stack(dialect)
+        async with aiohttp.ClientSession() as s, s.post(
+                stack.url + "/v1/chat/completions", json=body) as r:
+            data = await r.read()
+        if stream:
+            usages = [orjson.loads(e[6:])["usage"] for e in data.split(b"\n\n")
+                      if e.startswith(b"data: {") and b'"usage"' in e]
+            billed.append(usages[-1]["completion_tokens"])
+        else:
+            billed.append(orjson.loads(data)["usage"]["completion_tokens"])
+    vllm, llamacpp = billed
+    assert llamacpp == vllm
+
+
 async def test_llamacpp_error_without_done_is_not_a_truncation(
         dialect_stack: DialectStack) -> None:
     """llama.cpp ends a failed stream after the error event, with no [DONE]: the client

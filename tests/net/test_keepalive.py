@@ -15,7 +15,7 @@ import orjson
 import pytest
 
 from sidecar.codecs.http1 import Truncated
-from sidecar.net.proxy import PASSTHROUGH_RESEND_BYTES
+from sidecar.net.relay import PASSTHROUGH_RESEND_BYTES
 from sidecar.net.upstream import UpstreamPool
 from tests.reliability.harness import start_sidecar
 

@@ -124,6 +124,10 @@ async def test_a_leaky_model_runs_the_ladder_out(client: tuple[Stack, AsyncOpenA
     assert (final["status"], final["incomplete_details"]) == (
         "incomplete", {"reason": "max_output_tokens"})
     assert [i["type"] for i in final["output"]] == ["reasoning", "message"]
+    # Both attempts were cut before their usage: each is billed the prompt's estimate.
+    assert final["usage"]["input_tokens"] > 0
+    assert final["usage"]["total_tokens"] == (final["usage"]["input_tokens"]
+                                              + final["usage"]["output_tokens"])
     assert stack.metric("runaway_sidecar_requests_total", route="responses",
                         model="sim-leaky", outcome="exhausted") == 1
 

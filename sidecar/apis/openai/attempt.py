@@ -144,7 +144,8 @@ class OpenAIAttempt(Attempt):
         self.aggregator.add(chunk, index_map=self.index_map)
         usage = chunk.get("usage")
         if isinstance(usage, dict) and not chunk.get("choices"):
-            self.aggregator.set_usage(self.summed_usage(usage) if self.number else usage)
+            summed = self.number or (self.usage is not None and self.usage.reports > 1)
+            self.aggregator.set_usage(self.summed_usage(usage) if summed else usage)
 
     def _bytes_for(self, raw: bytes, parsed: list[Any]) -> bytes:
         if self.aggregator is not None:
@@ -181,10 +182,15 @@ class OpenAIAttempt(Attempt):
         return event(rewritten) if rewritten is not None else b""
 
     def summed_usage(self, usage: dict[str, Any]) -> dict[str, Any]:
-        """``usage`` with the tokens of earlier attempts added (billing stays honest)."""
+        """``usage`` with the tokens of earlier attempts added (billing stays honest); a
+        final usage counts every choice's report so far (llama.cpp sends one per choice)."""
         out = dict(usage)
-        prompt = _count(out.get("prompt_tokens"))
-        completion = _count(out.get("completion_tokens"))
+        own = self.usage  # (this chunk's, read already)
+        if own is not None and own.final:  # summed over the choices' own reports
+            prompt, completion = _count(own.prompt_tokens), _count(own.completion_tokens)
+        else:
+            prompt = _count(out.get("prompt_tokens"))
+            completion = _count(out.get("completion_tokens"))
         earlier = self.earlier
         out["prompt_tokens"] = prompt + earlier.prompt_tokens + earlier.unknown_prompts * prompt
         out["completion_tokens"] = completion + earlier.completion_tokens

@@ -1,4 +1,5 @@
-"""Upstream faults have defined client-visible results, and nothing hangs."""
+"""The exchange runner under upstream faults: defined client-visible results, and nothing
+hangs."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""With nothing firing, the sidecar is invisible: bytes, statuses and headers as vLLM's."""
+"""The proxy's routes, watched and relayed: with nothing firing, the sidecar is invisible
+(bytes, statuses and headers as vLLM's)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Cut and reissue through the proxy, against the simulated node, in every mode."""
+"""The exchange runner (``sidecar.net.runner``): cut and reissue through the proxy, against
+the simulated node, in every mode."""
 
 from __future__ import annotations
 
@@ -119,6 +120,23 @@ async def test_cut_mode_ends_cleanly(make_stack: StackFactory) -> None:
     assert await stack.sim_metric("sim:requests_total", thinking="off") == 0
     assert stack.metric("runaway_sidecar_requests_total", route="chat", outcome="cut",
                         model="sim-loop") == 1
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_cut_mode_bills_the_prompt(make_stack: StackFactory, stream: bool) -> None:
+    """Every attempt cut before the upstream reported usage: the prompt is still billed,
+    estimated from the request's size (one token per four bytes)."""
+    stack = await make_stack()
+    body = orjson.dumps({**LOOP_BODY, "stream": stream,
+                         **({"stream_options": {"include_usage": True}} if stream else {})})
+    async with aiohttp.ClientSession() as s, s.post(
+            stack.url + "/v1/chat/completions", data=body,
+            headers={"X-Runaway-Mode": "cut", "Content-Type": "application/json"}) as r:
+        data = await r.read()
+    usage = (payloads(data)[-1] if stream else orjson.loads(data))["usage"]
+    assert isinstance(usage, dict)
+    assert usage["prompt_tokens"] == len(body) // 4
+    assert usage["total_tokens"] == usage["prompt_tokens"] + usage["completion_tokens"]
 
 
 async def test_shadow_mode_changes_nothing(make_stack: StackFactory) -> None:

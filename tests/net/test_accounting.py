@@ -1,4 +1,5 @@
-"""Sidecar metrics after scripted runaways against the simulator: exact counter values."""
+"""What the I/O layer counts (``sidecar.net.accounting``): the sidecar's metrics after
+scripted runaways against the simulator, exact counter values."""
 
 from __future__ import annotations
 
