@@ -4,8 +4,11 @@ with their thresholds, read to the end of the text."""
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 from pathlib import Path
+
+from rumination import ruminate
 
 from detectors import DetectorConfig
 from detectors.chain import text_analyzers
@@ -74,3 +77,24 @@ def test_a_disabled_detector_has_no_scores() -> None:
     assert not any(key.startswith("recurrence.") for key in trace.values)
     assert "sentences.repeated" in trace.values
     assert trace.first_reaching("recurrence.evidence", 0.0) is None
+
+
+def test_the_sentences_score_is_where_sentences_fires_at_any_threshold() -> None:
+    """On rumination built to the shape ``sentences`` was written for, its score first
+    reaches ``sentences_repeat_chars`` exactly where the chain's verdict is, at the
+    default threshold and at ones calibration may set (lower and higher)."""
+    checked = set()
+    for threshold in (700, 1200, 1800):
+        config = DetectorConfig(sentences_repeat_chars=threshold, recurrence_enabled=False,
+                                restatement_enabled=False, periodic_enabled=False)
+        for seed, share in itertools.product(range(3), (0.3, 0.45, 0.6)):
+            text, _ = ruminate(seed, share)
+            trace = score_trace(text, config)
+            result = replay_record({"text": "<think>" + text}, config)
+            first = trace.first_reaching("sentences.repeated", threshold)
+            if first is None:
+                assert not result.detected, (threshold, seed, share)
+                continue
+            assert (result.detector, result.at_char) == ("sentences", len("<think>") + first)
+            checked.add(threshold)
+    assert checked == {700, 1200, 1800}

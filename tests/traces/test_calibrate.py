@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import io
 import json
+import random
 from pathlib import Path
 from typing import Any
 
@@ -174,3 +175,77 @@ def test_the_command_prints_json_and_fails_cleanly(reports: tuple[list[ModelRepo
     assert run_calibrate(tmp_path / "bad", Config(), json_out=False, html=None, margin=1.5,
                          min_healthy=30, limit=10, out=io.StringIO(), err=err) == 2
     assert "x.jsonl:1" in err.getvalue()
+
+
+def ruminating(seed: int, share: float, chars: int = 16_000) -> str:
+    """Reasoning of sentences made of random words (none with a figure), where about
+    ``share`` of them are one of the last 60 written, again: the shape ``sentences``
+    measures, at the strength the test asks."""
+    rng = random.Random(seed)
+    words = ["".join(rng.choice(SYLLABLES) for _ in range(rng.randint(2, 3)))
+             for _ in range(300)]
+    out: list[str] = []
+    said: list[str] = []
+    written = 0
+    while written < chars:
+        if said and rng.random() < share:
+            sentence = rng.choice(said[-60:])
+        else:
+            sentence = "So the " + " ".join(rng.choice(words)
+                                            for _ in range(rng.randint(6, 10))) + "."
+            said.append(sentence)
+        out.append(sentence)
+        written += len(sentence) + 1
+    return " ".join(out)
+
+
+SYLLABLES = ("ka", "lo", "mi", "ne", "ru", "sa", "to", "vi", "de", "po", "la", "ge", "fu",
+             "ri", "zo", "be")
+
+
+def test_the_sentences_threshold_is_fitted_per_model(tmp_path: Path) -> None:
+    """``sentences_repeat_chars`` is fitted like the other thresholds, model by model: a
+    model whose healthy reasoning comes back to its sentences (the default fires on it)
+    gets it raised over its healthy maximum, and one that rarely does gets it lowered,
+    never below half; each proposal, loaded as ``[[models]]``, fires on no healthy trace
+    of its model and still catches its loops."""
+    records: list[dict[str, Any]] = []
+    for model, healthy_share, loop_share in (("ruminant", 0.3, 0.8), ("terse", 0.06, 0.25)):
+        records += [{"id": f"{model}-h{seed}", "model": model, "label": "healthy",
+                     "text": f"<think>{ruminating(seed, healthy_share)}</think>ok"}
+                    for seed in range(6)]
+        records += [{"id": f"{model}-l{seed}", "model": model, "label": "loop",
+                     "text": f"<think>{ruminating(100 + seed, loop_share)}"}
+                    for seed in range(4)]
+    directory = write(tmp_path, records)
+    reports = {r.model: r for r in calibrate(load(directory),
+                                             lambda m: (DetectorConfig(), None),
+                                             min_healthy=6)}
+    default = DetectorConfig().sentences_repeat_chars
+    ruminant, terse = reports["ruminant"], reports["terse"]
+    assert ruminant.current.false_alarms == 6  # the default fires on every healthy one
+    assert ruminant.maxima["sentences.repeated"] >= default
+    raised = ruminant.proposed["sentences_repeat_chars"]
+    assert raised >= 1.5 * ruminant.maxima["sentences.repeated"]
+    lowered = terse.proposed["sentences_repeat_chars"]
+    assert default / 2 <= lowered < default
+    assert lowered >= 1.5 * terse.maxima["sentences.repeated"]
+    for report, value in ((ruminant, raised), (terse, lowered)):
+        margin = report.margins(proposal=True)["sentences.repeated"]
+        assert margin["value"] == value
+        assert margin["margin"] >= 1.5
+        assert (report.after.false_alarms, report.after.caught) == (0, 4), report.model
+        path = tmp_path / f"{report.model}.toml"
+        path.write_text(toml_entry(report, 1.5), encoding="utf-8")
+        detectors, _ = settings_of(load_config(path, env={}), report.model)
+        assert detectors.sentences_repeat_chars == value
+        for s in report.items:
+            fired = replay_record(s.trace.record, detectors)
+            assert fired.detected == (s.label == "loop"), s.trace.id
+    # The lowered threshold cuts the terse model's loops earlier (its weak loops: late).
+    loops = [s.trace.id for s in terse.items if s.label == "loop"]
+    before = [terse.current.fired[i][0] for i in loops]
+    after = [terse.after.fired[i][0] for i in loops]
+    assert all(a is not None and b is not None and a <= b for a, b in zip(after, before,
+                                                                         strict=True))
+    assert sum(a or 0 for a in after) < sum(b or 0 for b in before)
