@@ -52,51 +52,29 @@ shingles is prose: what it held counts. The sequences seen are kept in a bitset 
 bits (1 KiB, allocated by the first list that needs it); a collision can only make a new
 list count as a repeat.
 
-The table has up to ``2 * history`` four-bit counters, each with a one-byte fingerprint,
-probed in pairs (slot, slot ^ 1) whose two counters share a byte: a shingle is *seen* only
-when its fingerprint matches, so collisions do not fake recurrence (a full pair drops the
-shingle, which can only under-count). A counter stops at 15: a shingle seen more often
-within the history (a loop long past its verdict) is under-counted as its copies expire.
-A shingle's slot is the top bits of its hash, as many as the table is large, and its
-fingerprint the 8 bits below those of the full-size table, so a table that grows keeps
-every fingerprint. A ring remembers where each of the last ``history`` shingles went, so
-the oldest is forgotten once the ring is full (while the table grows it keeps each
-shingle's full-size slot and fingerprint, to insert it again).
+The shingles and their counts are :class:`~detectors.shingles.ShingleTable`'s: a bounded
+table of fingerprinted four-bit counters and a ring of the last ``history`` shingles (24 KiB
+of table and 16 KiB of ring at the default 8192, allocated as the text grows; see
+:mod:`detectors.shingles`). This module reads the lines, the code and the lists, and scores.
 
-Memory grows with the text. The table is allocated by the channel's first 256-character
-block, sized to at least eight slots per shingle the ring will hold after that block
-(4,096 slots at least: 512 shingles, about 2,000 characters, so a short stream never
-re-inserts), and doubles, re-inserting the ring's shingles in their order,
-until it has its full ``2 * history`` slots (8 + 16 KiB at the default 8192) once the
-ring holds more than ``history / 8`` shingles. Until then it holds at most one ring entry
-per eight slots, a quarter of the full-size table's load once the ring is full, so it
-drops fewer shingles than that table does. The ring takes 2 bytes per shingle (4 while
-the table grows) up to ``history`` of them (16 KiB), then wraps. A stream idle after 400
-tokens (about 370 shingles) holds 6 KiB of table, not 24.
+How a block is read: its tokens go through the line, code and list state one by one, and
+their keys (the token, or ``#`` for a number that starts a line) wait in a batch. The table
+counts the batch, and :meth:`RecurrenceAnalyzer._count` adds its copies to the block's or to
+the held ones, at the block's end and whenever the state it was read under changes or its
+copies must be known: a list is held back, a line of a held list starts, a line turns to
+code or back.
 """
 
 from __future__ import annotations
 
-from array import array
+from dataclasses import dataclass
 from zlib import crc32
 
 from detectors.analyzer import Finding, excerpt
 from detectors.base import Evidence
 from detectors.blocks import Block
+from detectors.shingles import TOP, ShingleTable
 
-_MASK = (1 << 64) - 1
-_BASE = 0x100000001B3
-_MIX = 0x9E3779B97F4A7C15
-#: Ring entry of a shingle the table had no room for (nothing to forget when it expires).
-_DROPPED = 0xFFFF
-#: The same, while the table grows (the ring's entries are wider then).
-_GONE = 0xFFFFFFFF
-#: The smallest table, in bits (4,096 slots, 6 KiB with the fingerprints). Every doubling
-#: re-inserts the ring's shingles one by one; from 1,024 slots a 300-token stream spent
-#: about a tenth of its watching on two of them.
-_MIN_BITS = 12
-#: A counter's largest value (four bits).
-_TOP = 15
 #: Blocks with fewer shingles than this (symbol runs) leave the evidence as it is.
 _MIN_SHINGLES = 8
 #: A unit longer than this (in shingles) is prose, not a list: what it held back counts.
@@ -110,69 +88,78 @@ _DIGITS = frozenset("0123456789")
 _OPENERS = frozenset(":{([=,\\")
 #: First characters of list items: an indented list is prose, not code.
 _BULLETS = frozenset("-*+>•·")
+#: ``_BELOW[n]``: the counts under ``n``, deleted from a batch's counts to count the rest.
+_BELOW = tuple(bytes(range(n)) for n in range(TOP + 2))
 
 
-def _other_slot(pairs: bytearray, fps: bytearray, slot: int, fp: int) -> int:
-    """Where a shingle goes whose own ``slot`` holds another fingerprint or nothing: the
-    pair's other slot if that holds ``fp``; else the first free slot of the pair, whose
-    fingerprint becomes ``fp``; else ``_DROPPED`` (the pair is full). A pair's byte holds
-    the even slot's counter in its low four bits, the odd slot's in its high four."""
-    b = pairs[slot >> 1]
-    alt = slot ^ 1
-    if slot & 1:
-        c, c2 = b >> 4, b & 15
-    else:
-        c, c2 = b & 15, b >> 4
-    if c2 and fps[alt] == fp:
-        return alt
-    if not c:
-        fps[slot] = fp
-        return slot
-    if not c2:
-        fps[alt] = fp
-        return alt
-    return _DROPPED
+@dataclass(slots=True)
+class _Lines:
+    """Where the reading stands in the text, carried from block to block (see "Code")."""
+
+    start: bool = True  # no text yet on this line (a number folds, backticks open fences)
+    ticks: int = 0  # backticks so far at the start of this line
+    fence: bool = False  # inside a fence
+    code: bool = False  # this line is code
+    prev_code: bool = False  # the last line with text was code ...
+    opener: bool = False  # ... or ended with an opener
+    indented: bool = False  # this line is indented
+    last: str = ""  # the last token: a run of one token ("-----", "🌰🌰🌰") is one key
+
+
+@dataclass(slots=True)
+class _Unit:
+    """The unit being read: a line, or a list of lines (see "Lists" in the module
+    docstring). Positions count the channel's keys."""
+
+    items: bool = False  # a list of lines (it started with a list item)
+    held: bool = False  # a list: its copies are held back until it ends
+    sig: int = 0  # the hash of its numbers and one-letter names, in order
+    start: int = 0  # where it started
+    nums: int = 0  # its numbers and one-letter names
+    words: int = 0  # its words (two letters or more)
+    num_at: int = -9  # where the last number was ...
+    end_at: int = -9  # ... and the last sentence end (an enumerator in a line: ". 2 .")
+    before_first: int = 0  # its held copies from earlier blocks (for the accumulation,
+    before_again: int = 0  # for the window)
+    # Where the current item of a list of lines began: the unit's numbers and words, and
+    # its held copies (both rules, this block's and earlier ones) so far, then.
+    item_nums: int = 0
+    item_words: int = 0
+    item_first: int = 0
+    item_again: int = 0
+
+
+@dataclass(slots=True)
+class _Copies:
+    """Copied shingles counted in one block: those seen often enough for the accumulation
+    (``first``) and for the window (``again``), and the highest count among the latter."""
+
+    first: int = 0
+    again: int = 0
+    top: int = 0
 
 
 class RecurrenceAnalyzer:
     """Block analyzer for one channel; see the module docstring."""
 
     __slots__ = (
-        "_bits",
-        "_code",
         "_code1",
         "_code2",
         "_drift",
         "_evidence",
-        "_fence",
-        "_fps",
+        "_free",
         "_held",
-        "_hist",
-        "_indented",
-        "_items",
         "_k",
-        "_last",
-        "_li",
-        "_ls",
-        "_mark",
-        "_maxbits",
+        "_keys",
+        "_lines",
         "_min_seen",
-        "_n",
-        "_opener",
-        "_pairs",
-        "_pow",
-        "_prev_code",
-        "_ring",
-        "_rolling",
-        "_rpos",
-        "_same",
         "_score",
-        "_seen_tokens",
+        "_shadow",
         "_sigs",
         "_sum_n",
         "_sum_rec",
+        "_table",
         "_threshold",
-        "_ticks",
         "_unit",
         "_win",
         "_window",
@@ -189,69 +176,34 @@ class RecurrenceAnalyzer:
         evidence: float = 2.0,
         code_min_seen: int = 3,
     ) -> None:
-        if history & (history - 1) or not 256 <= history <= 16384:
-            raise ValueError("recurrence_history must be a power of two in 256..16384")
+        self._table = ShingleTable(shingle, history)
         self._k = shingle
-        self._hist = history
-        self._maxbits = (history * 2).bit_length() - 1
-        # The table is allocated by the first block that is analyzed (a stream that ends,
-        # or sits idle, before 256 characters of this channel never pays for it) and grows
-        # with the ring (``_grow``); ``_bits`` is its current size in bits.
-        self._bits = 0
-        self._pairs = bytearray()  # a pair's two counters, low nibble for the even slot
-        self._fps = bytearray()
-        # While the table grows, a ring entry is the shingle's slot in the full-size table
-        # and its fingerprint, ``slot << 8 | fp`` (what ``_grow`` needs to insert it again),
-        # or ``_GONE``; once the table is full-size, the ring becomes two bytes an entry,
-        # the slot the shingle went to (what expiry needs) or ``_DROPPED``.
-        self._ring = array("I")
-        self._rpos = 0
-        self._n = 0
-        self._min_seen = min_seen
+        self._keys = 0  # the channel's keys so far
+        # Earlier sightings a shingle needs to count for the accumulation and for the
+        # window, in prose (1 and ``min_seen``) and on a code line (code may come back once
+        # more than prose before it counts); a count is at most ``TOP``.
+        self._min_seen = min(TOP + 1, max(1, min_seen))
+        self._code1 = min(TOP + 1, max(1, code_min_seen))
+        self._code2 = min(TOP + 1, max(1, min_seen, code_min_seen))
         self._threshold = threshold
         self._drift = drift
         self._evidence = evidence
+        # The accumulated evidence, and what it would be had the unit's held copies counted
+        # (taken over when the list turns out to count).
         self._score = 0.0
+        self._shadow = 0.0
         self._window = window_blocks
         # (recurring, shingles) of the last blocks: a list, as the window is a few blocks
         # (a deque's first block alone is 600 bytes per analyzer).
         self._win: list[tuple[int, int]] = []
         self._sum_n = 0
         self._sum_rec = 0
-        self._last = [0] * shingle
-        self._li = 0
-        self._rolling = 0
-        self._pow = pow(_BASE, shingle, 1 << 64)
-        self._seen_tokens = 0
-        # Earlier sightings a shingle on a code line needs to count for the accumulation
-        # and for the window (code may come back once more than prose before it counts).
-        self._code1 = code_min_seen
-        self._code2 = max(min_seen, code_min_seen)
-        # Line state carried across blocks: at a line start (to fold list numbers and read
-        # fences), backticks so far on this line, inside a fence, the current line is code,
-        # the previous line with text was code / ended with an opener, this line indented.
-        self._ls = True
-        self._ticks = 0
-        self._fence = False
-        self._code = False
-        self._prev_code = False
-        self._opener = False
-        self._indented = False
-        self._same = ""
-        # The unit being read (see "Lists" in the module docstring): it is a list of lines,
-        # it is a list (its copies are held back), the hash of its numbers and names, the
-        # token count where it started, its held copies in this block (for the accumulation,
-        # for the window, their top count), where the last number and the last sentence end
-        # were (an enumerator inside a line is ". 2 .").
-        self._unit = (False, False, 0, 0, 0, 0, 0, -9, -9)
-        # The unit's numbers and one-letter names, and its words (two letters or more).
-        self._items = (0, 0)
-        # Where the current item of a list of lines began: the unit's numbers and words, and
-        # its held copies (both rules) so far, then.
-        self._mark = (0, 0, 0, 0)
-        # What the evidence would be had the held copies counted, and the held copies of
-        # earlier blocks for the window rule.
-        self._held = (0.0, 0, 0)
+        self._lines = _Lines()
+        self._unit = _Unit()
+        # This block's copies that count, and the unit's held copies in this block (their
+        # ``top`` is the unit's).
+        self._free = _Copies()
+        self._held = _Copies()
         # The number sequences of the lists so far, one bit each (allocated by the first).
         self._sigs = bytearray()
 
@@ -267,91 +219,62 @@ class RecurrenceAnalyzer:
             return 0.0
         return self._sum_rec / self._sum_n
 
-    def _grow(self, shingles: int) -> None:
-        """Size the table to at least eight slots per shingle for ``shingles`` ring entries
-        (at most the full size) and insert the ring's shingles again, oldest first, exactly
-        as they were first inserted; a shingle that finds its pair full is dropped."""
-        bits = min(self._maxbits, max(_MIN_BITS, (shingles * 8 - 1).bit_length()))
-        if bits <= self._bits:
-            return
-        less = self._maxbits - bits
-        pairs = bytearray(1 << (bits - 1))
-        fps = bytearray(1 << bits)
-        ring = self._ring
-        # The table is full-size long before the ring wraps (at ``history / 8`` entries
-        # against ``history``): the entries here are in insertion order from index 0.
-        for i, entry in enumerate(ring):
-            if entry == _GONE:
-                continue
-            fp = entry & 0xFF
-            slot = entry >> (8 + less)
-            b = pairs[slot >> 1]
-            c = (b >> 4) if slot & 1 else (b & 15)
-            if not c or fps[slot] != fp:
-                slot = _other_slot(pairs, fps, slot, fp)
-                if slot == _DROPPED:
-                    ring[i] = _GONE
-                    continue
-                c = (b >> 4) if slot & 1 else (b & 15)
-            if c < _TOP:
-                pairs[slot >> 1] = b + (16 if slot & 1 else 1)
-            if not less:
-                ring[i] = slot
-        self._pairs, self._fps, self._bits = pairs, fps, bits
-        if not less:
-            # Two bytes an entry from now on: a slot, or ``_DROPPED`` where it was ``_GONE``.
-            self._ring = array("H", (_DROPPED if e == _GONE else e for e in ring))
-
-    def _seen_sig(self, sig: int) -> bool:
-        """Whether a list with this number sequence came before; remember it."""
-        sigs = self._sigs
-        if not sigs:
-            sigs = self._sigs = bytearray(1 << (_SIG_BITS - 3))
-        bit = sig & ((1 << _SIG_BITS) - 1)
-        byte, mask = bit >> 3, 1 << (bit & 7)
-        seen = bool(sigs[byte] & mask)
-        sigs[byte] |= mask
-        return seen
-
     def analyze(self, block: Block) -> Finding | None:
-        """Score the block's shingles, then the window and the accumulated evidence."""
-        if self._bits < self._maxbits:
-            self._grow(self._n + len(block.toks))
-        pairs = self._pairs
-        fps = self._fps
-        ring = self._ring
-        last = self._last
-        k = self._k
-        hist = self._hist
-        wrap = hist - 1
-        min_seen = self._min_seen
-        shift = 64 - self._maxbits
-        fshift = shift - 8
-        less = self._maxbits - self._bits
-        sshift = shift + less  # the slot in the table as large as it is now
-        rolling = self._rolling
-        li = self._li
-        rpos = self._rpos
-        n_seen = seen_before = self._seen_tokens
-        pw = self._pow
-        filled = self._n
-        base, mask, mix, dropped, ctop = _BASE, _MASK, _MIX, _DROPPED, _TOP
-        top = 0
-        rec = rec1 = 0
-        u_items, held, u_sig, u_from, p_rec1, p_rec, p_top, num_at, end_at = self._unit
-        u_nums, u_words = self._items
-        m_nums, m_words, m_rec1, m_rec = self._mark
-        # The accumulated evidence, and what it would be had the unit's held copies counted
-        # (taken over when the list turns out to count).
-        score = self._score
-        shadow, p_rec_prev, p_rec1_prev = self._held
-        # Code state, by position in the token stream (see "Code" in the module docstring).
-        ls, ticks, fence = self._ls, self._ticks, self._fence
-        code, prev_code = self._code, self._prev_code
-        opener, indented = self._opener, self._indented
-        code1, code2 = self._code1, self._code2
-        same = self._same
-        for tok in block.toks:
+        """Count the block's shingles, then score the window and the accumulated evidence."""
+        free = self._free
+        free.first = free.again = free.top = 0
+        before = self._keys
+        self._table.reserve(len(block.toks))
+        self._read(block.toks)
+        unit = self._unit
+        if unit.held and self._keys - unit.start >= _UNIT_MAX:  # prose, not a list
+            self._end_unit(counts=True)
+            unit.held = False
+        # The block's shingles: its keys, those from the ``k``-th of the channel on.
+        n = max(0, self._keys - max(before, self._k - 1))
+        self._accumulate(n)
+        rec = min(free.again, n)
+        win = self._win
+        win.append((rec, n))
+        self._sum_rec += rec
+        self._sum_n += n
+        if len(win) > self._window:
+            r0, n0 = win.pop(0)
+            self._sum_rec -= r0
+            self._sum_n -= n0
+        top = free.top
+        if self._score >= self._evidence:
+            return Finding(
+                f"copied text kept accumulating: {self._score:.2f} blocks' worth above "
+                f"a drift of {self._drift:.2f} per block",
+                Evidence(excerpt(block.text), 0, top + 1 if top else 2),
+            )
+        if len(win) < self._window or self._sum_n < 8 * self._window:
+            return None
+        score = self._sum_rec / self._sum_n
+        if score < self._threshold:
+            return None
+        return Finding(
+            f"{score:.0%} of the last {self._sum_n} shingles were seen {self._min_seen}+ "
+            f"times before ({self._code2}+ in code)",
+            Evidence(excerpt(block.text), 0, top + 1),
+        )
+
+    def _read(self, toks: list[str]) -> None:
+        """Read the block's tokens: the line and code state, the list rule's numbers, names
+        and words, and the units; count every key's shingle (``_count``) under the state
+        it was read in."""
+        keys: list[str] = []
+        push = keys.append
+        lines = self._lines
+        ls, ticks, fence, code = lines.start, lines.ticks, lines.fence, lines.code
+        prev_code, opener, indented, same = (
+            lines.prev_code, lines.opener, lines.indented, lines.last
+        )
+        unit = self._unit
+        held = unit.held
+        n_seen = self._keys
+        for tok in toks:
             c0 = tok[0]
             if c0 == "\n":  # a line break, with the indentation of the next line
                 if not ls:  # the line that ends here had text: it sets the next one's context
@@ -368,206 +291,158 @@ class RecurrenceAnalyzer:
                     ticks += 1
                     if ticks == 3:
                         fence = not fence
-                        code = True
+                        if not code:
+                            self._count(keys, held, code)
+                            code = True
                 else:
                     ls = False
-                    item = c0 in _BULLETS or c0.isdigit()
-                    code = fence or (indented and (prev_code or opener) and not item)
+                    # A line that starts with a one-letter name ("A and B cross") is a
+                    # step of a list, as a numbered one is ("I" is a pronoun).
+                    item = (c0 in _BULLETS or c0.isdigit()
+                            or (len(tok) == 1 and "A" <= c0 <= "Z" and c0 != "I"))
+                    line_code = fence or (indented and (prev_code or opener) and not item)
+                    if keys and (held or item or line_code != code):
+                        self._count(keys, held, code)
+                    code = line_code
+                    held = self._line(item, n_seen)
                     if c0.isdigit() and tok.isdigit():
                         key = "#"
-                    if held and u_items and 2 * (u_nums - m_nums) < u_words - m_words:
-                        # The item before this line is prose (fewer numbers and names than
-                        # half its words): its held copies count now, whatever the list.
-                        d1 = p_rec1 + p_rec1_prev - m_rec1
-                        d = p_rec + p_rec_prev - m_rec
-                        if d1:
-                            rec1 += d1
-                            rec += d
-                            p_rec1 -= d1
-                            p_rec -= d
-                            top = max(top, p_top)
-                    m_nums, m_words = u_nums, u_words
-                    m_rec1, m_rec = p_rec1 + p_rec1_prev, p_rec + p_rec_prev
-                    if not (item and u_items):
-                        # A new unit: this line, or a list of lines starting with this item.
-                        if held:
-                            # A list counts unless it is made of numbers and names (at
-                            # least one for two words) and those are new, in that order.
-                            if 2 * u_nums < u_words or self._seen_sig(u_sig):
-                                rec1 += p_rec1
-                                rec += p_rec + p_rec_prev
-                                score = max(score, shadow)
-                                top = max(top, p_top)
-                            else:
-                                shadow = score
-                            p_rec1 = p_rec = p_top = p_rec_prev = p_rec1_prev = 0
-                        u_items = held = item
-                        u_sig = u_nums = u_words = 0
-                        u_from = n_seen
-                        m_nums = m_words = m_rec1 = m_rec = 0
-            # A run of one token ("-----", "🌰🌰🌰") is one shingle unit, as in BPE.
             if tok == same:
                 continue
             same = tok
             # Numbers, one-letter names, enumerators and words, for the list rule ("Lists").
             if c0 >= "a":  # most tokens: a lower-case word (or any non-ASCII one)
                 if held and len(tok) > 1:  # words matter in lists only
-                    u_words += 1
+                    unit.words += 1
             elif c0 < "A":  # a number or punctuation (ASCII order)
                 if c0 in _DIGITS:
                     if key is tok:  # not a folded list number
-                        u_sig = crc32(tok.encode(), u_sig)
-                        num_at = n_seen
-                        u_nums += 1
+                        unit.sig = crc32(tok.encode(), unit.sig)
+                        unit.num_at = n_seen
+                        unit.nums += 1
                 elif c0 in _ENDS:
-                    if num_at == n_seen - 1 and end_at == n_seen - 2 and c0 == ".":
-                        held = True  # an enumerator inside the line (". 2. A"): a list
-                    end_at = n_seen
+                    # An enumerator inside the line (". 2. A"): a list.
+                    if (c0 == "." and unit.num_at == n_seen - 1
+                            and unit.end_at == n_seen - 2 and not held):
+                        self._count(keys, held, code)
+                        held = unit.held = True
+                    unit.end_at = n_seen
             elif c0 <= "Z":  # a capitalised word, or a one-letter name
                 if len(tok) == 1:
-                    u_sig = crc32(tok.encode(), u_sig)
-                    num_at = n_seen
-                    u_nums += 1
+                    unit.sig = crc32(tok.encode(), unit.sig)
+                    unit.num_at = n_seen
+                    unit.nums += 1
+                    if unit.end_at == n_seen - 1 and c0 != "I" and not held:
+                        # A sentence starts with a one-letter name (". A and B"): a list.
+                        self._count(keys, held, code)
+                        held = unit.held = True
                 elif held:
-                    u_words += 1
-            h = crc32(key.lower().encode())
-            old = last[li]
-            last[li] = h
-            li += 1
-            if li == k:
-                li = 0
-            rolling = (rolling * base + h - old * pw) & mask
+                    unit.words += 1
+            push(key)
             n_seen += 1
-            if n_seen < k:
-                continue
-            mixed = (rolling * mix) & mask
-            slot = mixed >> sshift
-            fp = (mixed >> fshift) & 0xFF
-            pi = slot >> 1
-            b = pairs[pi]
-            if not b:
-                # Both slots of the pair are free (most pairs, in a table with room): a new
-                # shingle takes its own slot. What the general test below would do, in the
-                # fewest steps.
-                fps[slot] = fp
-                pairs[pi] = 16 if slot & 1 else 1
-                c = 0
-            else:
-                c = (b >> 4) if slot & 1 else (b & 15)
-                if not c or fps[slot] != fp:
-                    # ``_other_slot``, inlined: a call here costs 10 % of the analyzer's time.
-                    alt = slot ^ 1
-                    c2 = (b >> 4) if alt & 1 else (b & 15)
-                    if c2 and fps[alt] == fp:
-                        slot, c = alt, c2
-                    elif not c:
-                        fps[slot] = fp
-                    elif not c2:
-                        slot, c = alt, 0
-                        fps[alt] = fp
-                    else:
-                        slot, c = dropped, 0
-                # Count this sighting (the slot stays in the pair: ``pi`` and ``b`` hold).
-                if slot != dropped and c < ctop:
-                    pairs[pi] = b + (16 if slot & 1 else 1)
-            if not c:
-                pass
-            elif held:  # a list: held back until it is known to count
-                if code:
-                    if c >= code1:
-                        p_rec1 += 1
-                    if c >= code2:
-                        p_rec += 1
-                        p_top = max(p_top, c)
-                else:
-                    p_rec1 += 1
-                    if c >= min_seen:
-                        p_rec += 1
-                        p_top = max(p_top, c)
-            elif code:
-                if c >= code1:
-                    rec1 += 1
-                if c >= code2:
-                    rec += 1
-                    top = max(top, c)
-            else:
-                rec1 += 1
-                if c >= min_seen:
-                    rec += 1
-                    top = max(top, c)
-            if filled >= hist:  # the table is full-size (see ``_grow``)
-                o = ring[rpos]
-                if o != dropped:
-                    b = pairs[o >> 1]
-                    if o & 1:
-                        if b >> 4:
-                            pairs[o >> 1] = b - 16
-                    elif b & 15:
-                        pairs[o >> 1] = b - 1
-                ring[rpos] = slot
-                rpos = (rpos + 1) & wrap  # ``history`` is a power of two
-            else:  # the ring grows to ``history`` entries, then wraps
-                filled += 1
-                if not less:
-                    ring.append(slot)
-                elif slot != dropped:  # the table still grows: its full-size slot and fp
-                    ring.append(mixed >> fshift)
-                else:
-                    ring.append(_GONE)
-        if held and n_seen - u_from >= _UNIT_MAX:  # prose, not a list: its copies count
-            rec1 += p_rec1
-            rec += p_rec + p_rec_prev
-            score = max(score, shadow)
-            top = max(top, p_top)
-            held = False
-            p_rec1 = p_rec = p_top = p_rec_prev = p_rec1_prev = 0
-        n = max(0, n_seen - max(seen_before, k - 1))
-        if n >= _MIN_SHINGLES:
-            if held:
-                shadow = max(0.0, shadow + (rec1 + p_rec1) / n - self._drift)
-            score = max(0.0, score + rec1 / n - self._drift)
-            if not held:
-                shadow = score
-        if held:  # the window counts this block's held copies if the unit is released
-            p_rec_prev += p_rec
-            p_rec1_prev += p_rec1
-            p_rec1 = p_rec = 0
-        self._score = score
-        self._held = (shadow, p_rec_prev, p_rec1_prev)
-        self._mark = (m_nums, m_words, m_rec1, m_rec)
-        self._unit = (u_items, held, u_sig, u_from, p_rec1, p_rec, p_top, num_at, end_at)
-        self._items = (u_nums, u_words)
-        self._rolling, self._li, self._rpos, self._seen_tokens = rolling, li, rpos, n_seen
-        # The block's shingles: its tokens that reached the table, those counted from the
-        # ``k``-th token of the channel on (no counter in the loop).
-        n = max(0, n_seen - max(seen_before, k - 1))
-        self._n = filled
-        self._ls, self._ticks, self._fence = ls, ticks, fence
-        self._code, self._prev_code = code, prev_code
-        self._opener, self._indented = opener, indented
-        self._same = same
-        rec = min(rec, n)
-        win = self._win
-        win.append((rec, n))
-        self._sum_rec += rec
-        self._sum_n += n
-        if len(win) > self._window:
-            r0, n0 = win.pop(0)
-            self._sum_rec -= r0
-            self._sum_n -= n0
-        if self._score >= self._evidence:
-            return Finding(
-                f"copied text kept accumulating: {self._score:.2f} blocks' worth above "
-                f"a drift of {self._drift:.2f} per block",
-                Evidence(excerpt(block.text), 0, top + 1 if top else 2),
-            )
-        if len(win) < self._window or self._sum_n < 8 * self._window:
-            return None
-        score = self._sum_rec / self._sum_n
-        if score < self._threshold:
-            return None
-        return Finding(
-            f"{score:.0%} of the last {self._sum_n} shingles were seen {min_seen}+ times "
-            f"before ({self._code2}+ in code)",
-            Evidence(excerpt(block.text), 0, top + 1),
+        self._count(keys, held, code)
+        self._keys = n_seen
+        lines.start, lines.ticks, lines.fence, lines.code = ls, ticks, fence, code
+        lines.prev_code, lines.opener, lines.indented, lines.last = (
+            prev_code, opener, indented, same
         )
+
+    def _count(self, keys: list[str], held: bool, code: bool) -> None:
+        """Count the shingles that end at ``keys`` (and empty it): a shingle is copied for
+        the accumulation once seen once before (on a code line: ``code_min_seen`` times),
+        for the window once seen ``min_seen`` times (code: the larger of both). The copies
+        go to the block's, or to the unit's held ones while it is held back."""
+        if not keys:
+            return
+        counts = self._table.see(keys)
+        keys.clear()
+        first_at, again_at = (self._code1, self._code2) if code else (1, self._min_seen)
+        first = len(counts.translate(None, _BELOW[first_at]))
+        if not first:
+            return
+        copies = self._held if held else self._free
+        copies.first += first
+        again = len(counts.translate(None, _BELOW[again_at]))
+        if again:
+            copies.again += again
+            copies.top = max(copies.top, max(counts))  # noqa: PLW3301 (a bytearray, not items)
+
+    def _line(self, item: bool, at: int) -> bool:
+        """A line starts at key ``at`` (its first token is a list item or not): release the
+        list item that ends here if it is prose, and end the unit unless this line goes on
+        with its list. Return whether the unit is now held back. Every key before ``at`` is
+        counted."""
+        unit = self._unit
+        held = self._held
+        if (
+            unit.held
+            and unit.items
+            and 2 * (unit.nums - unit.item_nums) < unit.words - unit.item_words
+        ):
+            # The item before this line is prose (fewer numbers and names than half its
+            # words): its held copies count now, whatever the list.
+            first = held.first + unit.before_first - unit.item_first
+            again = held.again + unit.before_again - unit.item_again
+            if first:
+                free = self._free
+                free.first += first
+                free.again += again
+                held.first -= first
+                held.again -= again
+                free.top = max(free.top, held.top)
+        unit.item_nums, unit.item_words = unit.nums, unit.words
+        unit.item_first = held.first + unit.before_first
+        unit.item_again = held.again + unit.before_again
+        if item and unit.items:  # the list of lines goes on
+            return unit.held
+        if unit.held:
+            # A list counts unless it is made of numbers and names (at least one for two
+            # words) and those are new, in that order.
+            self._end_unit(counts=2 * unit.nums < unit.words or self._seen_sig(unit.sig))
+        unit.items = unit.held = item
+        unit.sig = unit.nums = unit.words = 0
+        unit.start = at
+        unit.item_nums = unit.item_words = unit.item_first = unit.item_again = 0
+        return item
+
+    def _end_unit(self, *, counts: bool) -> None:
+        """The held-back unit ends: its copies count, as if they had counted all along, or
+        they are dropped."""
+        held = self._held
+        unit = self._unit
+        if counts:
+            free = self._free
+            free.first += held.first
+            free.again += held.again + unit.before_again
+            self._score = max(self._score, self._shadow)
+            free.top = max(free.top, held.top)
+        else:
+            self._shadow = self._score
+        held.first = held.again = held.top = 0
+        unit.before_first = unit.before_again = 0
+
+    def _accumulate(self, n: int) -> None:
+        """Add the block's ``n`` shingles to the accumulated evidence (and to what it would
+        be had the held copies counted); carry the held copies to the next block."""
+        free, held, unit = self._free, self._held, self._unit
+        if n >= _MIN_SHINGLES:
+            if unit.held:
+                self._shadow = max(0.0, self._shadow + (free.first + held.first) / n - self._drift)
+            self._score = max(0.0, self._score + free.first / n - self._drift)
+            if not unit.held:
+                self._shadow = self._score
+        if unit.held:  # the window counts this block's held copies if the unit is released
+            unit.before_again += held.again
+            unit.before_first += held.first
+            held.first = held.again = 0
+
+    def _seen_sig(self, sig: int) -> bool:
+        """Whether a list with this number sequence came before; remember it."""
+        sigs = self._sigs
+        if not sigs:
+            sigs = self._sigs = bytearray(1 << (_SIG_BITS - 3))
+        bit = sig & ((1 << _SIG_BITS) - 1)
+        byte, mask = bit >> 3, 1 << (bit & 7)
+        seen = bool(sigs[byte] & mask)
+        sigs[byte] |= mask
+        return seen

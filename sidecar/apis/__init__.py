@@ -5,19 +5,20 @@ Every package has the same four modules, one role each: ``api.py`` (the
 :class:`~sidecar.core.wire.WireApi`: reading a request, the bodies sent upstream, the
 history, and ``open`` for one exchange's parts), ``attempt.py`` (an upstream attempt's
 decoder), ``splice.py`` (the splicer: what the client sees of a cut) and ``fold.py`` (the
-body of a non-streaming client); its ``__init__.py`` holds only its docstring. The
-classes are named for the package (``MessagesApi``, ``MessagesAttempt``,
-``MessagesSplicer``, ``MessagesFold``). ``openai`` has a fifth, ``chunks.py``: its chunk
-decoder, which with the attempt would pass the 450-line bound.
+body of a non-streaming client); it has no ``__init__.py`` (a namespace package: what the
+package is, ``api.py``'s docstring says). The classes are named for the package
+(``MessagesApi``, ``MessagesAttempt``, ``MessagesSplicer``, ``MessagesFold``). ``openai``
+has a fifth, ``chunks.py``: its chunk decoder, which with the attempt would pass the
+450-line bound.
 
 An API that streams SSE named events builds on ``sse_events.py`` (its attempt, splicer,
 fold and bodies; ``templates.py`` for the learned delta events), so that only its tables
 and what is its own are left to write.
 
-Adding an API is one new package of those four modules and its ``__init__.py``, and
-one entry in :data:`REGISTRY` (with its import): the app registers a route for each
-entry. Its requests are counted under a ``route`` label of ``sidecar.labels.WatchedRoute``;
-a family of requests none of those names would add one word there.
+Adding an API is one new folder of those four modules, and one entry in :data:`REGISTRY`
+(with its import): the app registers a route for each entry. Its requests are counted
+under a ``route`` label of ``sidecar.labels.WatchedRoute``; a family of requests none of
+those names would add one word there.
 """
 
 from __future__ import annotations

@@ -60,8 +60,6 @@ async def pump(pool: UpstreamPool, request: web.Request, ex: Exchange, attempt: 
     stall = ex.config.detectors.stall_seconds
     read_timeout = ex.config.upstream_read_timeout_seconds or None
     window = min(w for w in (stall, read_timeout, math.inf) if w is not None)
-    # A silence is noticed between ``window`` and ``window + step`` after the last byte.
-    step = min(STALL_GRANULARITY, window / 4)
     loop = asyncio.get_running_loop()
     headers_received = False
     try:
@@ -75,60 +73,7 @@ async def pump(pool: UpstreamPool, request: web.Request, ex: Exchange, attempt: 
                 return answer
             ex.upstream_status = up.status
             sink.upstream_headers(up.take_headers())
-            # No byte came after ``heard_by``: a byte read later pushes the deadline back,
-            # to ``window`` after the new ``heard_by``.
-            heard_by = loop.time() + step
-            deadline_at = heard_by + window if window < math.inf else None
-            while True:
-                writing = False
-                try:
-                    async with asyncio.timeout_at(deadline_at) as deadline:
-                        while True:
-                            chunk = await up.readany()
-                            now = loop.time()
-                            if not chunk:
-                                tail = attempt.eof(now)
-                                if tail:
-                                    writing = True
-                                    await sink.write(tail)
-                                break
-                            out = attempt.feed(chunk, now)
-                            # Neither the read nor what it became stays bound while the
-                            # next read waits: an idle stream would hold both (up to a
-                            # whole coalesced read each).
-                            del chunk
-                            if out:
-                                writing = True
-                                await sink.write(out)
-                                writing = False
-                            del out
-                            if attempt.done and ex.client_stream:
-                                ex.delivered = True  # the client has its stream's end
-                            # ``stopped`` is a property: no call while there is no verdict.
-                            if attempt.verdict is not None and attempt.stopped:
-                                break
-                            if deadline_at is not None and now > heard_by:
-                                heard_by = now + step
-                                deadline_at = heard_by + window
-                                deadline.reschedule(deadline_at)
-                    break
-                except TimeoutError as exc:
-                    if not deadline.expired():
-                        raise  # not the deadline's: a timeout from further down
-                    now = loop.time()
-                    if writing:
-                        # A client slow to take bytes held the write past the deadline (the
-                        # bytes are in the transport already): upstream is not silent,
-                        # nothing was read meanwhile.
-                        heard_by = now + step
-                        deadline_at = heard_by + window
-                        continue
-                    if read_timeout is not None and now - heard_by >= read_timeout:
-                        raise map_upstream_exception(exc, headers_received=True, waited=Waited(
-                            "silence", read_timeout)) from None
-                    if attempt.tick(now) is not None and attempt.stopped:
-                        break
-                    deadline_at = now + step
+            await _read(up, ex, attempt, sink, window, read_timeout)
             if attempt.stopped:
                 up.close()  # not release(): vLLM must see the disconnect and abort
             elif attempt.truncated:
@@ -141,6 +86,68 @@ async def pump(pool: UpstreamPool, request: web.Request, ex: Exchange, attempt: 
             return None
         raise map_upstream_exception(exc, headers_received=headers_received) from None
     return None
+
+
+async def _read(up: UpstreamResponse, ex: Exchange, attempt: Attempt, sink: Sink,
+                window: float, read_timeout: float | None) -> None:
+    """Read ``up`` through ``attempt`` into ``sink`` until it ends, a verdict stops it, or
+    a silence of ``window`` is noticed (a tick; past ``read_timeout``, a timeout error)."""
+    loop = asyncio.get_running_loop()
+    step = min(STALL_GRANULARITY, window / 4)
+    # No byte came after ``heard_by``; a byte read later moves the deadline to ``window``
+    # after the new one: a silence is noticed ``window`` to ``window + step`` after it.
+    heard_by = loop.time() + step
+    deadline_at = heard_by + window if window < math.inf else None
+    while True:
+        writing = False
+        try:
+            async with asyncio.timeout_at(deadline_at) as deadline:
+                while True:
+                    chunk = await up.readany()
+                    now = loop.time()
+                    if not chunk:
+                        tail = attempt.eof(now)
+                        if tail:
+                            writing = True
+                            await sink.write(tail)
+                        break
+                    out = attempt.feed(chunk, now)
+                    # Neither the read nor what it became stays bound while the next read
+                    # waits: an idle stream would hold both (up to a whole coalesced read
+                    # each).
+                    del chunk
+                    if out:
+                        writing = True
+                        await sink.write(out)
+                        writing = False
+                    del out
+                    if attempt.done and ex.client_stream:
+                        ex.delivered = True  # the client has its stream's end
+                    # ``stopped`` is a property: no call while there is no verdict.
+                    if attempt.verdict is not None and attempt.stopped:
+                        break
+                    if deadline_at is not None and now > heard_by:
+                        heard_by = now + step
+                        deadline_at = heard_by + window
+                        deadline.reschedule(deadline_at)
+            break
+        except TimeoutError as exc:
+            if not deadline.expired():
+                raise  # not the deadline's: a timeout from further down
+            now = loop.time()
+            if writing:
+                # A client slow to take bytes held the write past the deadline (the bytes
+                # are in the transport already): upstream is not silent, nothing was read
+                # meanwhile.
+                heard_by = now + step
+                deadline_at = heard_by + window
+                continue
+            if read_timeout is not None and now - heard_by >= read_timeout:
+                raise map_upstream_exception(exc, headers_received=True, waited=Waited(
+                    "silence", read_timeout)) from None
+            if attempt.tick(now) is not None and attempt.stopped:
+                break
+            deadline_at = now + step
 
 
 async def _answer(pool: UpstreamPool, request: web.Request, ex: Exchange, data: bytes,

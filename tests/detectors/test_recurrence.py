@@ -184,8 +184,8 @@ def test_table_and_ring_grow_with_the_text() -> None:
     # compared with each other: allocator noise moved them by 1,092 bytes once (issue 29).
     for words in (history + 500, 3 * history):
         analyzer, held = _fed(words, history)
-        assert (len(analyzer._pairs), len(analyzer._fps)) == (history, 2 * history)
-        assert (len(analyzer._ring), analyzer._ring.itemsize) == (history, 2)
+        assert (len(analyzer._table._pairs), len(analyzer._table._fps)) == (history, 2 * history)
+        assert (len(analyzer._table._ring), analyzer._table._ring.itemsize) == (history, 2)
         assert full + 2 * history <= held < full + 2 * history + fixed
 
 
@@ -201,9 +201,9 @@ def test_saturated_counters_expire_without_touching_their_pair() -> None:
     fresh = " ".join(f"w{i}x{i * 7919 % 10007}" for i in range(3 * history))
     for block in blocker.push(loop + fresh) or []:
         assert analyzer.analyze(block) is None
-    pairs = analyzer._pairs
+    pairs = analyzer._table._pairs
     counts = [(b & 15) for b in pairs] + [(b >> 4) for b in pairs]
-    kept = [slot for slot in analyzer._ring if slot != 0xFFFF]
+    kept = [slot for slot in analyzer._table._ring if slot != 0xFFFF]
     assert max(counts) < 15  # fresh text: the loop's counters are gone
     assert sum(counts) == len(kept)
     for slot in kept:
@@ -516,12 +516,6 @@ def test_number_items_alone_still_add_nothing() -> None:
     assert feed_text(_reasoning(14)[:3000] + "".join(lines)) is None
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open (issue 38): the guard (a line or a sentence that starts with a one-letter"
-    " name is a list step, as a numbered one is) waits for the recurrence refactor to land;"
-    " the accumulation fires at 3,072 to 4,608 characters",
-)
 @pytest.mark.parametrize("lines", [True, False])
 @pytest.mark.parametrize("seed", [None, 0, 1])
 def test_candidates_written_as_prose_never_add_up(lines: bool, seed: int | None) -> None:

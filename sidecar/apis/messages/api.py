@@ -17,6 +17,10 @@ request, the bodies the sidecar sends upstream, and the history it cleans.
   (``splice.MARK_PREFIX``); when it comes back it is replaced by a short note.
 - Errors the sidecar makes itself have Anthropic's shape,
   ``{"type": "error", "error": {"type", "message"}}``.
+
+The package (no ``__init__.py``: a wire API is these files alone): ``api.py`` is the API
+(request facts, bodies, history), ``attempt.py`` the stream decoder, ``splice.py`` the
+splicer and ``fold.py`` the non-streaming body.
 """
 
 from __future__ import annotations

@@ -6,6 +6,11 @@ Chat has thinking in ``message.thinking`` and the answer in ``message.content``;
 generate has them in ``thinking`` and ``response``. ``think: false`` turns thinking off
 (``"low"`` for gpt-oss, which accepts levels only). Ollama streams unless the request
 says ``"stream": false``; the sidecar always asks for a stream, to watch it.
+
+The package (no ``__init__.py``: a wire API is these files alone): ``api.py`` is the API
+class and its two instances (request facts, bodies), ``attempt.py`` the line model and
+the attempt, ``splice.py`` the splicer and the lines it writes, ``fold.py`` the
+non-streaming body; all shared by both APIs.
 """
 
 from __future__ import annotations

@@ -22,6 +22,11 @@ sidecar sends upstream, and the history it cleans.
   ``reasoning_content`` on an assistant message) get the reasoning the sidecar cut
   replaced by a short note; it is recognized by its length and first characters
   (``sidecar.core.attempt.reasoning_mark``).
+
+The package (no ``__init__.py``: a wire API is these files alone): ``api.py`` is the API
+class and its two instances (request facts, bodies, history), ``chunks.py`` the chunk
+decoder, ``attempt.py`` the attempt, ``splice.py`` the splicer and ``fold.py`` the
+non-streaming body; all shared by both APIs.
 """
 
 from __future__ import annotations

@@ -20,6 +20,10 @@ reading a request, the bodies the sidecar sends upstream, and the history it cle
   the sidecar cut is remembered by its id; when it comes back its text is replaced by a
   short note.
 - Errors have OpenAI's shape.
+
+The package (no ``__init__.py``: a wire API is these files alone): ``api.py`` is the API
+(request facts, bodies, history), ``attempt.py`` the stream decoder, ``splice.py`` the
+splicer and ``fold.py`` the non-streaming body.
 """
 
 from __future__ import annotations

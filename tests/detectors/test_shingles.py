@@ -1,0 +1,99 @@
+"""The shingle table: counts of the recent k-grams, whatever the batches they come in."""
+
+from __future__ import annotations
+
+import itertools
+import random
+
+import pytest
+
+from detectors.blocks import Blocker
+from detectors.shingles import TOP, ShingleTable
+
+
+def _see(keys: list[str], cuts: list[int], k: int = 3, history: int = 256) -> list[int]:
+    """What a fresh table returns for ``keys`` fed in batches cut at ``cuts``, joined."""
+    table = ShingleTable(k, history)
+    out: list[int] = []
+    bounds = [0, *sorted(cuts), len(keys)]
+    for a, b in itertools.pairwise(bounds):
+        table.reserve(b - a)
+        out.extend(table.see(keys[a:b]))
+    return out
+
+
+def _each(keys: list[str], k: int = 2, history: int = 256) -> list[int]:
+    """The count of the shingle ending at each key, fed one at a time (0: new)."""
+    table = ShingleTable(k, history)
+    out = []
+    for key in keys:
+        table.reserve(1)
+        out.append(sum(table.see([key])))
+    return out
+
+
+def test_the_first_keys_end_no_shingle() -> None:
+    """A stream's first ``k - 1`` keys end no shingle; every key after them ends one (the
+    ring holds one entry a shingle)."""
+    table = ShingleTable(4, 256)
+    table.reserve(10)
+    table.see(["a", "b"])
+    assert table._filled == 0
+    table.see(["c", "d", "e"])
+    assert table._filled == 2
+
+
+def test_a_shingle_counts_its_earlier_sightings_up_to_15() -> None:
+    """A shingle written again reports how many times it was seen before, and the count
+    stops at 15; a new shingle is left out of what ``see`` returns."""
+    counts = _each(["x", "y"] * 40)
+    assert counts[:6] == [0, 0, 0, 1, 1, 2]
+    assert counts[2 * TOP + 1] == TOP
+    assert max(counts) == TOP
+    assert _see(["x", "y"] * 40, [], k=2) == [c for c in counts if c]
+
+
+def test_batches_do_not_change_the_counts() -> None:
+    """The same keys give the same counts in one batch, one key a batch, or cut at random
+    points: the rolling hash and the table carry over from batch to batch."""
+    words = ["we", "try", "the", "jug", "again", "and", "pour", "into", "other"]
+    rng = random.Random(7)
+    keys = [rng.choice(words) for _ in range(3000)]
+    whole = _see(keys, [])
+    assert len(whole) > 100  # many shingles come back
+    assert _see(keys, list(range(1, len(keys)))) == whole
+    for seed in range(3):
+        cuts = random.Random(seed).sample(range(1, len(keys)), 40)
+        assert _see(keys, cuts) == whole
+
+
+@pytest.mark.parametrize(
+    "keys",
+    [
+        ["ΟΔΟΣ", "Σ", "ΑΣ", "\u03c3", "\u03c2", "Σ"] * 8,  # a final sigma stays final, key by key
+        ["İstanbul", "Straße", "STRASSE", "ǅ", "ǆ"] * 8,  # lowering that changes lengths
+        ["A", "a", "Word", "WORD", "word", "日本", "🌰"] * 8,
+    ],
+)
+def test_keys_are_compared_lowered_one_by_one(keys: list[str]) -> None:
+    """A batch of keys is lowered as one text, and counts exactly as if each key had been
+    lowered on its own (no key's context reaches its neighbours)."""
+    lowered = [key.lower() for key in keys]
+    assert _see(keys, []) == _see(lowered, list(range(1, len(keys))))
+
+
+def test_the_blockers_tokens_never_hold_the_batch_separator() -> None:
+    """The keys come from the blocker's tokens, which never hold a carriage return (the
+    character that joins a batch): text full of them splits around them."""
+    text = "line one\r\nline\rtwo\r\r three \u3000 四\r" * 40
+    for block in Blocker().push(text) or []:
+        assert not any("\r" in tok for tok in block.toks)
+
+
+def test_a_full_ring_forgets_the_oldest_shingle() -> None:
+    """Past ``history`` shingles, the oldest is forgotten: a shingle seen once, then
+    ``history`` fresh ones, is new again."""
+    history = 256
+    fresh = [f"w{i}" for i in range(history + 10)]
+    assert _each(["p", "q", *fresh[:history], "p", "q"], history=history)[-1] == 0
+    assert _each(["p", "q", *fresh[: history - 10], "p", "q"], history=history)[-1] == 1
