@@ -19,7 +19,6 @@ from sidecar.config import Config, ModelOverride, load_config
 from sidecar.service.calibrate import run_calibrate, settings_of
 from sidecar.traces.calibrate import ModelReport, calibrate, regex_literal, toml_entry
 from sidecar.traces.store import load
-from tests.detectors.enumeration import prose
 
 TRACES = Path(__file__).resolve().parents[1] / "data" / "traces"
 MODEL = "glm-z1-32b"
@@ -40,13 +39,14 @@ def write(directory: Path, records: list[dict[str, Any]]) -> Path:
 
 
 def hard_healthy() -> list[dict[str, Any]]:
-    """Healthy traces the default chain fires on: candidate schedules written as prose
-    (recurrence, GLM-Z1's bridge-and-torch false alarm) and a run of words with no
+    """Healthy traces the default chain fires on: reasoning that keeps coming back to its
+    sentences (recurrence's copied shingles and ``sentences``; the chain no longer fires on
+    candidate schedules written as prose, GLM-Z1's false alarm) and a run of words with no
     punctuation (degeneration, a rule with no calibrated threshold)."""
     salad = " ".join(f"word{i % 97}" for i in range(700))
     return [
-        {"id": "schedules", "model": MODEL, "label": "healthy",
-         "text": "<think>" + prose(20_000) + "</think>The answer is 17 minutes."},
+        {"id": "redrafts", "model": MODEL, "label": "healthy",
+         "text": "<think>" + ruminating(1, 0.8) + "</think>The answer is 17 minutes."},
         {"id": "salad", "model": MODEL, "label": "healthy",
          "text": "<think>Let me list them.\n" + salad + "\nDone.</think>ok"},
     ]
