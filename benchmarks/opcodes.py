@@ -45,6 +45,7 @@ from benchmarks.run import _setup
 TRACED = ROOT / "benchmarks" / "traced.py"
 #: Configurations this suite can trace (proxies: ``direct`` has none, LiteLLM is not ours).
 KNOWN = ("passthrough", "parsing", "parsing-lean", "off", "shadow", "enforce", "enforce-notext",
+         "shadow-record", "enforce-record",
          "enforce-base", "shadow-base")
 
 

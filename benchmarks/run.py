@@ -19,7 +19,8 @@ Suites:
   shadow, sidecar enforce, optionally LiteLLM; ``off``: the sidecar with ``--mode off``,
   its plain pass-through path; ``enforce-notext``: enforce without the text detectors;
   ``enforce-w2``: enforce with ``--workers 2``, whose busiest process's share of the CPU
-  is reported too; ``parsing-noread``: the parsing floor without aiohttp's per-read
+  is reported too; ``shadow-record``, ``enforce-record``: with ``[record]`` on (a
+  directory of their own); ``parsing-noread``: the parsing floor without aiohttp's per-read
   ``sock_read`` timer; ``parsing-lean``: the parsing floor reading the upstream through
   the sidecar's own watched-request client), in the order A B C ... A B C ... for
   ``reps`` repetitions. ``--api messages`` or ``--api responses`` sends every stream to
@@ -94,6 +95,12 @@ def _setup(upstream: Proc, names: list[str], litellm: Path | None,
             out.append(procs.sidecar(name, upstream.url, "enforce", extra=NO_TEXT))
         elif name == "enforce-w2":
             out.append(procs.sidecar(name, upstream.url, "enforce", workers=2))
+        elif name in ("shadow-record", "enforce-record"):
+            # Recording on ([record]): every exchange offered to the recorder, into a
+            # directory of its own.
+            record = tempfile.mkdtemp(prefix="bench-record-")
+            out.append(procs.sidecar(name, upstream.url, name.removesuffix("-record"),
+                                     extra=("--record.dir", record)))
         elif name.endswith("-base"):
             assert baseline is not None
             out.append(procs.sidecar(name, upstream.url, name.removesuffix("-base"),

@@ -20,6 +20,7 @@ import os
 import runpy
 import signal
 import sys
+import threading
 from types import FrameType
 from typing import Any
 
@@ -61,6 +62,8 @@ def main() -> None:
 
     signal.signal(signal.SIGUSR2, dump)
     sys.settrace(trace)
+    # Threads the server starts count too (the trace recorder's writer, an executor).
+    threading.settrace(trace)
     runpy.run_module(module, run_name="__main__", alter_sys=True)
 
 

@@ -92,3 +92,29 @@ class Blocker:
                 self._carry = last
                 toks.pop()
         return Block(piece, toks, end)
+
+
+class KeepingBlocker(Blocker):
+    """A :class:`Blocker` that also keeps the channel's text, up to ``limit`` characters,
+    as the blocks it hands out (for a trace recorder: ``Chain.keep_thinking``). Keeping
+    costs nothing per delta, only a step per 256-character block."""
+
+    __slots__ = ("_limit", "kept")
+
+    def __init__(self, limit: int) -> None:
+        super().__init__()
+        self._limit = limit
+        #: The blocks' text so far (while it is shorter than ``limit``).
+        self.kept: list[str] = []
+
+    def push(self, text: str) -> list[Block] | None:
+        """As :meth:`Blocker.push`; the blocks' text is kept too."""
+        blocks = super().push(text)
+        if blocks is not None and self._cut - BLOCK_CHARS * len(blocks) < self._limit:
+            self.kept += [b.text for b in blocks]
+        return blocks
+
+    def text(self) -> tuple[str, int]:
+        """The channel's text kept (its first ``limit`` characters at most) and the
+        characters the channel has had in all."""
+        return ("".join(self.kept) + self.pending)[: self._limit], self.chars

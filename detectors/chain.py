@@ -15,7 +15,7 @@ from collections.abc import Callable
 
 from detectors.analyzer import BlockAnalyzer
 from detectors.base import THINKING, Channel, Verdict
-from detectors.blocks import BLOCK_CHARS, Blocker
+from detectors.blocks import BLOCK_CHARS, Blocker, KeepingBlocker
 from detectors.budget import Stall, ThinkingSecondsBudget, ThinkingTokenBudget
 from detectors.config import DetectorConfig
 from detectors.degeneration import DegenerationAnalyzer
@@ -269,6 +269,18 @@ class Chain:
         self._last_channel = THINKING
         blocker.pending = pending
         return None
+
+    def keep_thinking(self, limit: int) -> KeepingBlocker | None:
+        """Keep the thinking channel's text from now on, up to ``limit`` characters, as
+        its blocks are cut (nothing more per delta); read it from the returned blocker,
+        which keeps it after the chain moves on to the answer. None when no text detector
+        watches thinking (its text is not cut into blocks). Call it before the first
+        delta: text fed before is not kept."""
+        if self._thinking_blocker is None:
+            return None
+        keeper = KeepingBlocker(limit)
+        self._thinking.blocker = self._thinking_blocker = keeper
+        return keeper
 
     def _budgets(self, now: float) -> Verdict | None:
         """The thinking budgets' verdict, token budget first (in the thinking phase)."""

@@ -23,6 +23,8 @@ __all__ = [
     "LogFormat",
     "Mode",
     "Outcome",
+    "RecordDrop",
+    "RecordKind",
     "ReissueOutcome",
     "ReloadResult",
     "Route",
@@ -93,6 +95,15 @@ UpstreamPoolName = Literal["watched", "passthrough"]
 """Which of the sidecar's two upstream clients (the ``pool`` label): ``watched`` is the
 watched routes' own pool (``sidecar.net.upstream``), ``passthrough`` aiohttp's client for
 every other route."""
+
+RecordKind = Literal["detection", "budget", "healthy"]
+"""What a recorded trace is (``sidecar.traces``): ``detection`` (a text detector fired;
+every one is kept), ``budget`` (a thinking budget or the stall timer fired) or ``healthy``
+(no detector fired); the last two are sampled per model and hour."""
+
+RecordDrop = Literal["queue_full", "too_large", "write_error"]
+"""Why a record was not written: the writer's queue was full, it was larger than a trace
+file may be (a long prompt kept with it), or the disk refused it."""
 
 ReloadResult = Literal["ok", "error"]
 """Whether a SIGHUP reload took effect."""

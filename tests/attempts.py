@@ -26,7 +26,7 @@ def chunk_attempt(
     index_map: Mapping[int, int] | None = None, aggregate: bool = False,
     earlier: Totals | None = None, stop_on_verdict: bool = True, keep_reasoning: bool = True,
     hide_reasoning: bool = False, client_usage: bool = False,
-    client_continuous_usage: bool = False, step: str = "original",
+    client_continuous_usage: bool = False, step: str = "original", record_chars: int = 0,
 ) -> OpenAIAttempt:
     """One chat-completions or completions attempt: to a streaming client, or with
     ``aggregate`` to a non-streaming one (its aggregator is ``attempt.aggregator``); a
@@ -42,7 +42,8 @@ def chunk_attempt(
                        started_at=started_at, exchange_started=started_at,
                        earlier=earlier or Totals(),
                        step=step, index_map=index_map or {},
-                       stop_on_verdict=stop_on_verdict, keep_reasoning=keep_reasoning)
+                       stop_on_verdict=stop_on_verdict, keep_reasoning=keep_reasoning,
+                       record_chars=record_chars)
     attempt = opened.attempt(spec)
     assert isinstance(attempt, OpenAIAttempt)
     return attempt

@@ -50,6 +50,29 @@ def test_tables_of_rules(tmp_path: Path) -> None:
     assert cfg.reissue.rules[0].set == {"think": False}
 
 
+def test_model_detector_thresholds(tmp_path: Path) -> None:
+    """A ``[[models]]`` entry's ``detectors`` table loads typed (an integer given for a
+    float threshold is a float) and holds only the keys it sets."""
+    path = write(tmp_path, '[[models]]\nmatch = "qwen"\n'
+                           "detectors = {recurrence_evidence = 3, restatement_copies = 9}\n"
+                           '[[models]]\nmatch = "glm"\n')
+    cfg = load_config(path, env={})
+    assert cfg.models[0].detectors == {"recurrence_evidence": 3.0, "restatement_copies": 9}
+    assert isinstance(cfg.models[0].detectors["recurrence_evidence"], float)
+    assert cfg.models[1].detectors == {}
+
+
+def test_record_table(tmp_path: Path) -> None:
+    """``[record]`` is off by default and its keys load from the file and the
+    environment."""
+    assert Config().record.dir is None
+    assert Config().record.exclude_prompt is True
+    path = write(tmp_path, '[record]\ndir = "/var/lib/x"\nsamples_per_hour = 2\n')
+    cfg = load_config(path, env={"RUNAWAY_SIDECAR_RECORD_EXCLUDE_PROMPT": "false"})
+    assert (cfg.record.dir, cfg.record.samples_per_hour) == ("/var/lib/x", 2)
+    assert cfg.record.exclude_prompt is False
+
+
 @pytest.mark.parametrize(
     ("text", "key"),
     [
@@ -65,6 +88,19 @@ def test_tables_of_rules(tmp_path: Path) -> None:
         ("[[models]]\nmode = \"off\"", "models[0].match"),
         ("upstream_keepalive_seconds = -1", "upstream_keepalive_seconds"),
         ("upstream_keepalive_seconds = nan", "upstream_keepalive_seconds"),
+        ('[[models]]\nmatch = "q"\ndetectors = {nope = 1}', "models[0].detectors.nope"),
+        ('[[models]]\nmatch = "q"\ndetectors = {restatement_copies = "x"}',
+         "models[0].detectors.restatement_copies"),
+        ('[[models]]\nmatch = "q"\ndetectors = {thinking_token_budget = 9}',
+         "models[0].detectors.thinking_token_budget"),
+        ('[[models]]\nmatch = "q"\ndetectors = {recurrence_history = 1000}',
+         "models[0].detectors"),
+        ('[record]\ndir = ""', "record.dir"),
+        ("[record]\nsamples_per_hour = -1", "record.samples_per_hour"),
+        ("[record]\nmax_reasoning_chars = 10", "record.max_reasoning_chars"),
+        ("[record]\nfile_bytes = 100000", "record.file_bytes"),
+        ("[record]\nmax_bytes = 2000000", "record.max_bytes"),
+        ("[record]\nqueue = 0", "record.queue"),
     ],
 )
 def test_errors_name_the_key(tmp_path: Path, text: str, key: str) -> None:

@@ -23,6 +23,8 @@ from typing import Any
 
 from detectors import Chain, DetectorConfig, Verdict, default_chain
 from detectors.base import THINKING, Channel
+from detectors.blocks import KeepingBlocker
+from detectors.chain import text_analyzers
 from sidecar.core.events import Done, Finish, StreamError, TextDelta, ToolCallDelta, Usage
 
 MAX_KEPT_REASONING = 32 * 1024  # characters of text a ``KeptText`` keeps
@@ -33,8 +35,9 @@ MARK_HEAD = 256
 
 class KeptText:
     """Text kept delta by delta, bounded: each delta is kept while the ones before it hold
-    fewer than ``MAX_KEPT_REASONING`` characters; later ones are not (the text of a
-    choice for salvage, of a Responses item a cut leaves open).
+    fewer than ``limit`` (``MAX_KEPT_REASONING``) characters; later ones are not (the
+    text of a choice for salvage or the trace recorder, of a Responses item a cut leaves
+    open).
 
     Every ``_KEEP_JOIN`` deltas are joined into one string, and every ``_KEEP_JOIN`` of
     those into one: a string per token would cost an object per token for a few
@@ -42,19 +45,20 @@ class KeptText:
     (up to 32 KiB, re-read from memory) hundreds of times over; this copies it a few
     times."""
 
-    __slots__ = ("_chunks", "_kept", "_pieces")
+    __slots__ = ("_chunks", "_kept", "_limit", "_pieces")
 
-    def __init__(self) -> None:
+    def __init__(self, limit: int = MAX_KEPT_REASONING) -> None:
         # The latest deltas, the strings earlier ones were joined into, and the
         # characters of both.
         self._pieces: list[str] = []
         self._chunks: list[str] = []
         self._kept = 0
+        self._limit = limit
 
     def keep(self, text: str) -> None:
         """One delta (once per delta: the per-event path)."""
         kept = self._kept
-        if kept >= MAX_KEPT_REASONING:
+        if kept >= self._limit:
             return
         self._kept = kept + len(text)
         pieces = self._pieces
@@ -67,8 +71,8 @@ class KeptText:
                 self._chunks = ["".join(chunks)]
 
     def text(self) -> str:
-        """The text kept: the deltas up to the first one that brings it to
-        ``MAX_KEPT_REASONING`` characters, that one included."""
+        """The text kept: the deltas up to the first one that brings it to ``limit``
+        characters, that one included."""
         return "".join(self._chunks) + "".join(self._pieces)
 
     def clear(self) -> None:
@@ -91,6 +95,9 @@ class ChoiceState:
     #: The reasoning kept for salvage (bounded); None for an attempt that keeps none (no
     #: salvage in its ladder).
     reasoning: KeptText | None = None
+    #: The thinking text its chain was fed, kept for the trace recorder as the chain cuts
+    #: it into blocks (``Chain.keep_thinking``); None when the attempt is not recorded.
+    recorded: KeepingBlocker | None = None
     #: All reasoning characters seen, and the first ``MARK_HEAD`` of them: enough to
     #: recognize this reasoning when a client sends it back (``reasoning_mark``).
     reasoning_seen: int = 0
@@ -148,6 +155,9 @@ class AttemptSpec:
     stop_on_verdict: bool = True
     #: Keep each choice's reasoning (bounded) for a salvage step.
     keep_reasoning: bool = False
+    #: Keep each choice's first this many characters of reasoning for the trace recorder
+    #: (0: none; ``sidecar.traces``).
+    record_chars: int = 0
 
 
 class Attempt(abc.ABC):
@@ -167,6 +177,16 @@ class Attempt(abc.ABC):
         # Without salvage in the ladder nothing reads the kept reasoning, and a long
         # stream saves up to 32K characters per choice.
         self.keeps_reasoning = spec.keep_reasoning
+        self._keep_limit = MAX_KEPT_REASONING
+        # The trace recorder's characters per choice (0: not recorded). Its chains keep
+        # the thinking they are cut into blocks (nothing more per delta); with no text
+        # detector on thinking there are no blocks, and the deltas are kept instead.
+        self._record = spec.record_chars
+        if self._record and not text_analyzers(spec.detectors):
+            self.keeps_reasoning = True
+            self._keep_limit = max(self._keep_limit, self._record)
+        # Set once a recorded attempt keeps its choices' reasoning past a verdict.
+        self._after = False
         self.choices: dict[int, ChoiceState] = {}
         self.number = spec.number
         self.index_map = spec.index_map
@@ -179,6 +199,7 @@ class Attempt(abc.ABC):
         self.error: StreamError | None = None
         self.usage: Usage | None = None
         self.first_content_at: float | None = None
+        self.step = spec.step
 
     # -- the wire API's part ---------------------------------------------------------
 
@@ -242,7 +263,28 @@ class Attempt(abc.ABC):
         """The (bounded) reasoning text seen for upstream choice ``index`` ("" when the
         attempt keeps no reasoning)."""
         state = self.choices.get(index)
-        return state.reasoning_text() if state else ""
+        if state is None:
+            return ""
+        text = state.reasoning_text()
+        # A recorded attempt may keep more than salvage reads.
+        return text[:MAX_KEPT_REASONING] if self._keep_limit > MAX_KEPT_REASONING else text
+
+    def recorded_reasoning(self, index: int) -> tuple[str, bool]:
+        """The reasoning of upstream choice ``index`` the trace recorder gets (its first
+        ``record_chars`` characters), and whether more came. Text fed to the chain by a
+        delta that hit a thinking budget is not in it (the chain stops before cutting it
+        into blocks), nor thinking that comes back after the answer began."""
+        state = self.choices.get(index)
+        if state is None or not self._record:
+            return "", False
+        if state.recorded is None:
+            text = state.reasoning_text()
+        else:
+            text = state.recorded.text()[0]
+            if self._after and state.reasoning is not None:
+                text += state.reasoning.text()
+        text = text[: self._record]
+        return text, state.reasoning_seen > len(text)
 
     def totals(self) -> Totals:
         """This attempt's tokens plus the earlier ones', for the next attempt."""
@@ -267,7 +309,9 @@ class Attempt(abc.ABC):
         if state is None:
             chain = default_chain(self._detectors, started_at=self._started_at)
             state = self.choices[index] = ChoiceState(
-                chain, reasoning=KeptText() if self.keeps_reasoning else None)
+                chain, reasoning=KeptText(self._keep_limit) if self.keeps_reasoning else None)
+            if self._record:
+                state.recorded = chain.keep_thinking(self._record)
             if index == 0:
                 self._first = state
         return state
@@ -279,8 +323,19 @@ class Attempt(abc.ABC):
             if not state.finished:
                 verdict = state.chain.tick(now)
                 if verdict is not None:
-                    self.verdict, self.verdict_index = verdict, index
+                    self._found(verdict, index)
                     return
+
+    def _found(self, verdict: Verdict, index: int) -> None:
+        """Take the attempt's first verdict. A recorded attempt that goes on after it
+        (shadow) keeps its choices' reasoning from here delta by delta, since their chains
+        are fed no more."""
+        self.verdict, self.verdict_index = verdict, index
+        if self._record and not self.stop_on_verdict and not self.keeps_reasoning:
+            self.keeps_reasoning = self._after = True
+            self._keep_limit = self._record
+            for state in self.choices.values():
+                state.reasoning = KeptText(self._record)
 
     def _text(self, index: int, channel: Channel, text: str, tokens: int, now: float) -> None:
         """Count one text delta of choice ``index`` and feed it to that choice's chain
@@ -297,7 +352,7 @@ class Attempt(abc.ABC):
         if self.verdict is None:
             verdict = state.chain.feed(channel, text, tokens, now)
             if verdict is not None:
-                self.verdict, self.verdict_index = verdict, index
+                self._found(verdict, index)
 
     def _think(self, index: int, text: str, tokens: int, now: float) -> None:
         """``_text`` of a thinking delta; what the templated reads call, once per event."""
@@ -316,7 +371,7 @@ class Attempt(abc.ABC):
         if self.verdict is None:
             verdict = state.chain.think(text, tokens, now)
             if verdict is not None:
-                self.verdict, self.verdict_index = verdict, index
+                self._found(verdict, index)
 
     def _apply(self, parsed: list[Any], now: float) -> None:
         """Update state from one read's events (runs once per upstream event)."""

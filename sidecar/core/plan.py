@@ -13,7 +13,8 @@ Precedence:
   policy rule's budget, the model's budget, ``[detectors] thinking_token_budget``; when
   none is set and ``policy.adaptive_budget`` is on (and thinking is not off), the adaptive
   budget, which the I/O layer fetches (``Plan.adaptive``), possibly from Redis;
-- wall-clock budget: the model's, else ``[detectors] thinking_seconds_budget``.
+- wall-clock budget: the model's, else ``[detectors] thinking_seconds_budget``;
+- detector thresholds: the model's ``detectors`` table over ``[detectors]``.
 """
 
 from __future__ import annotations
@@ -90,6 +91,8 @@ def plan(cfg: Config, api: WireApi, body: Mapping[str, Any], headers: Mapping[st
                       override.thinking_seconds_budget is not None
                       else cfg.detectors.thinking_seconds_budget)
     detectors = cfg.detectors
+    if override is not None and override.detectors:
+        detectors = replace(detectors, **override.detectors)
     if (detectors.thinking_token_budget != budget
             or detectors.thinking_seconds_budget != seconds_budget):
         detectors = replace(detectors, thinking_token_budget=budget,

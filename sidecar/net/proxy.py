@@ -35,6 +35,7 @@ that block the same way.
 
 from __future__ import annotations
 
+import asyncio
 import functools
 
 import structlog
@@ -50,6 +51,7 @@ from sidecar.net.runner import Runner
 from sidecar.net.upstream import UpstreamPool
 from sidecar.obs.metrics import Metrics
 from sidecar.policy.rules import Policy, rules_of
+from sidecar.traces.recorder import Recorder
 
 log = structlog.get_logger("runaway_sidecar")
 
@@ -72,7 +74,10 @@ class Proxy:
             self._base, self.config.upstream_connect_timeout_seconds,
             self.config.upstream_keepalive_seconds,
             on_retry=lambda: metrics.upstream_retry("watched"))
-        self._runner = Runner(self, self._upstream, self.fleet, self._relay, metrics)
+        # ``[record]``: None unless a directory is set (it stays until a restart).
+        self.recorder = Recorder.start(config, metrics)
+        self._runner = Runner(self, self._upstream, self.fleet, self._relay, metrics,
+                              self.recorder)
 
     # -- lifecycle -------------------------------------------------------------------
 
@@ -94,10 +99,14 @@ class Proxy:
             evidence=found.evidence, upstream=self._base)
 
     async def close(self) -> None:
-        """Close the upstream pools and the fleet memory's Redis pool."""
+        """Close the upstream pools and the fleet memory's Redis pool, and let the trace
+        recorder write what it holds."""
         await self._relay.close()
         self._upstream.close()
         await self.fleet.close()
+        if self.recorder is not None:
+            # Writes the samples still held and what is queued (bounded): off the loop.
+            await asyncio.to_thread(self.recorder.close)
 
     def reconfigure(self, config: Config) -> None:
         """Take a reloaded config for requests that start from now on. The upstream, the

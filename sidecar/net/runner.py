@@ -25,8 +25,9 @@ Where what comes next plugs in:
   may return a changed ``Shaped`` (a note added to the body) or a ``Refusal``, which is
   answered like a malformed control;
 - what an exchange leaves behind: :meth:`_Run.settle` sees each attempt as it ends (its
-  verdict, ``Attempt.reasoning_of``), and :meth:`_Run.finish` runs once at the end of
-  every exchange, with its books (``Exchange.verdicts``).
+  verdict, ``Attempt.reasoning_of``; the trace recorder takes it there), and
+  :meth:`_Run.finish` runs once at the end of every exchange, with its books
+  (``Exchange.verdicts``).
 """
 
 from __future__ import annotations
@@ -67,6 +68,7 @@ from sidecar.net.sinks import BodySink, Sink, StreamSink
 from sidecar.net.upstream import UpstreamPool
 from sidecar.obs.metrics import Metrics
 from sidecar.policy.rules import Policy
+from sidecar.traces.recorder import Recorder
 
 log = structlog.get_logger("runaway_sidecar")
 
@@ -92,9 +94,11 @@ class Runner:
     upstream pool, the fleet, the relay and the metrics)."""
 
     def __init__(self, settings: Settings, pool: UpstreamPool, fleet: Fleet, relay: Relay,
-                 metrics: Metrics) -> None:
+                 metrics: Metrics, recorder: Recorder | None = None) -> None:
         self.settings, self.pool, self.fleet = settings, pool, fleet
         self.relay, self.metrics = relay, metrics
+        #: The trace recorder (``[record]``), None when nothing is recorded.
+        self.recorder = recorder
 
     async def watched(self, request: web.Request, *, api: WireApi) -> web.StreamResponse:
         """The handler of ``api``'s route (see the module docstring)."""
@@ -180,7 +184,7 @@ class _Run:
     reissue parses the bytes again."""
 
     __slots__ = ("body", "detectors", "ex", "fleet", "ladder", "metrics", "opened", "pool",
-                 "raw", "request", "rules", "sink")
+                 "raw", "record_chars", "recorder", "request", "rules", "sink")
 
     def __init__(self, runner: Runner, request: web.Request, ex: Exchange, opened: Opened,
                  sink: Sink, ladder: Ladder, ready: prepare.Prepared,
@@ -191,6 +195,9 @@ class _Run:
         self.raw, self.body = ready.raw, ready.first
         self.detectors: DetectorConfig = ready.plan.detectors
         self.rules = rules
+        # What the recorder keeps of each attempt's reasoning (0: it records nothing).
+        self.recorder = runner.recorder
+        self.record_chars = 0 if self.recorder is None else self.recorder.keep_chars(ex.mode)
 
     async def serve(self) -> None:
         """Run the first attempt, and after a cut the reissue ladder, until it says the
@@ -234,7 +241,8 @@ class _Run:
             started_at=asyncio.get_running_loop().time(), exchange_started=ex.started,
             earlier=earlier, step=ladder.step, index_map=index_map,
             stop_on_verdict=ex.mode in ("enforce", "cut"),
-            keep_reasoning=ex.mode == "enforce" and ladder.salvage_ahead))
+            keep_reasoning=ex.mode == "enforce" and ladder.salvage_ahead,
+            record_chars=self.record_chars))
 
     async def _pump(self, attempt: Attempt) -> Next | None:
         """Pump ``attempt`` and settle it; None when the exchange is over without a stream
@@ -275,6 +283,9 @@ class _Run:
                                       stream_error=attempt.error is not None,
                                       finished=attempt.finished_choices))
         accounting.counted(self.metrics, self.ex, nxt, attempt)
+        if self.record_chars:
+            assert self.recorder is not None
+            self.recorder.ended(self.ex, attempt, self.raw)
         return nxt
 
     async def _done(self, nxt: Next, attempt: Attempt) -> None:

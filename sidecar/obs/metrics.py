@@ -47,6 +47,8 @@ from sidecar.labels import (
     Channel,
     LadderStep,
     Outcome,
+    RecordDrop,
+    RecordKind,
     ReissueOutcome,
     ReloadResult,
     Route,
@@ -275,6 +277,16 @@ class Metrics:
             "Redis calls of the fleet memory that failed (the node used local memory).",
             ("op",),
         )
+        self._record_offered = counter(
+            "record_candidates", "Attempts offered to the trace recorder ([record]): every "
+            "detection, and the healthy and budget ones it samples from.", ("kind",))
+        self._records = counter("records", "Trace records written, by kind.", ("kind",))
+        self._record_bytes = counter("record_bytes", "Bytes of trace records written.", ())
+        self._records_dropped = counter(
+            "records_dropped", "Trace records not written: the writer's queue was full, or "
+            "the disk refused them.", ("reason",))
+        self._record_files_removed = counter(
+            "record_files_removed", "Trace files deleted to stay under record.max_bytes.", ())
         # Gauges need a multiprocess mode: live streams are summed over live workers;
         # build_info is the same in every worker, so max keeps it at 1.
         self._active = Gauge(
@@ -306,6 +318,11 @@ class Metrics:
             self._history.labels(route=watched)
         for model in sorted({*self._model.exact, OTHER}):
             self._exhausted.labels(model=model)
+        for kind in get_args(RecordKind):
+            self._record_offered.labels(kind=kind)
+            self._records.labels(kind=kind)
+        for reason in get_args(RecordDrop):
+            self._records_dropped.labels(reason=reason)
 
     def model_label(self, model: str | None) -> str:
         """The label value ``model`` is counted under (for logs that cite it)."""
@@ -405,6 +422,23 @@ class Metrics:
     def fleet_error(self, op: str) -> None:
         """Once per failed Redis call of the fleet memory (the node fell back to local)."""
         self._fleet_errors.labels(op=self._rule(op)).inc()
+
+    def record_offered(self, kind: RecordKind) -> None:
+        """Once per attempt the trace recorder is offered (it may sample it out)."""
+        self._record_offered.labels(kind=kind).inc()
+
+    def record_written(self, kind: RecordKind, size: int) -> None:
+        """Once per trace record written, with its size in bytes (the writer thread)."""
+        self._records.labels(kind=kind).inc()
+        self._record_bytes.inc(size)
+
+    def record_dropped(self, reason: RecordDrop) -> None:
+        """Once per trace record dropped (queue full, or a failed write)."""
+        self._records_dropped.labels(reason=reason).inc()
+
+    def record_file_removed(self) -> None:
+        """Once per trace file deleted to stay under the size cap (the writer thread)."""
+        self._record_files_removed.inc()
 
     def reload(self, result: ReloadResult) -> None:
         """Once per SIGHUP: ``ok`` when the new config is in force, else ``error``."""

@@ -5,6 +5,8 @@ Subcommands:
 - ``serve``: the proxy, in front of one upstream.
 - ``simulate``: a simulated vLLM node, for the demo, tests and benchmarks.
 - ``replay``: replay reasoning traces through the default detector chain.
+- ``traces label``: label recorded traces loop, healthy or ambiguous, in a terminal.
+- ``calibrate``: calibrate the detectors on labelled traces, per model.
 - ``demo``: the simulator and the sidecar in one process, with a runaway request.
 
 Exit codes: 0 on success, 2 for a bad command line or config (one line on stderr that
@@ -130,6 +132,41 @@ def build_parser() -> argparse.ArgumentParser:
                         help="TOML config whose [detectors] table is used")
     replay.add_argument("--json", action="store_true", help="print machine-readable JSON")
 
+    traces = sub.add_parser("traces", help="recorded traces ([record] dir)",
+                            description="Work on the traces recorded in a directory.")
+    traces_sub = traces.add_subparsers(dest="traces_command", metavar="ACTION", required=True)
+    label = traces_sub.add_parser(
+        "label", help="mark each trace loop, healthy or ambiguous",
+        description="Show each unlabelled trace's tail and verdict and read one command a "
+        "line: l (loop, then where it starts), h (healthy), a (ambiguous), s (skip), "
+        "u (undo), m (more of the tail), f (the text where it fired), ? (help), q (quit). "
+        "Labels are appended to DIR/labels.jsonl; the trace files are not changed.")
+    label.add_argument("dir", type=Path, metavar="DIR")
+    label.add_argument("--tail", type=int, default=1200, metavar="N",
+                       help="characters of reasoning shown (default 1200)")
+    label.add_argument("--all", action="store_true", help="also traces already labelled")
+
+    cal = sub.add_parser("calibrate", help="calibrate the detectors on labelled traces",
+                         description="Replay the labelled traces of DIR through the detector "
+                         "chain and report per model: loops caught, false alarms, detection "
+                         "delay and each threshold's margin over the healthy maxima; propose "
+                         "a [[models]] entry that keeps MARGIN over them and fires on no "
+                         "labelled healthy trace.")
+    cal.add_argument("dir", type=Path, metavar="DIR")
+    cal.add_argument("--config", type=Path, metavar="FILE",
+                     help="TOML config whose [detectors] and [[models]] are in force")
+    cal.add_argument("--json", action="store_true", help="print machine-readable JSON")
+    cal.add_argument("--html", type=Path, metavar="FILE",
+                     help="also write a self-contained page with every trace's scores")
+    cal.add_argument("--margin", type=float, default=1.5,
+                     help="thresholds are set this many times over the healthy maxima "
+                     "(default 1.5)")
+    cal.add_argument("--min-healthy", type=int, default=30, metavar="N",
+                     help="healthy traces a model needs before a threshold is lowered or a "
+                     "budget set (default 30)")
+    cal.add_argument("--html-limit", type=int, default=400, metavar="N",
+                     help="charts on the page at most (default 400)")
+
     demo = sub.add_parser("demo", help="show a runaway being cut and answered",
                           description="Start the simulator and the sidecar in one process, "
                           "send a runaway request through an official SDK (openai for chat "
@@ -153,6 +190,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _simulate(args)
         if args.command == "replay":
             return _replay(args)
+        if args.command == "traces":
+            return _label(args)
+        if args.command == "calibrate":
+            return _calibrate(args)
         if args.command == "demo":
             from sidecar.service.demo import run_demo
 
@@ -242,6 +283,32 @@ def _replay(args: argparse.Namespace) -> int:
     cfg: Config = load_config(args.config, env={}) if args.config else Config()
     out: TextIO = sys.stdout
     return run_replay(args.traces, cfg.detectors, as_json=args.json, out=out)
+
+
+def _label(args: argparse.Namespace) -> int:
+    from sidecar.traces.label import run_label
+
+    if args.tail < 1:
+        raise ConfigError("key 'tail': must be at least 1")
+    try:
+        run_label(args.dir, sys.stdin, sys.stdout, tail=args.tail, relabel=args.all)
+    except (OSError, ValueError) as exc:
+        print(f"{PROG}: traces label: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def _calibrate(args: argparse.Namespace) -> int:
+    from sidecar.service.calibrate import run_calibrate
+
+    if args.margin <= 1:
+        raise ConfigError("key 'margin': must be above 1")
+    if args.min_healthy < 1 or args.html_limit < 0:
+        raise ConfigError("key 'min_healthy': must be at least 1 (and html_limit >= 0)")
+    cfg: Config = load_config(args.config, env={}) if args.config else Config()
+    return run_calibrate(args.dir, cfg, json_out=args.json, html=args.html,
+                         margin=args.margin, min_healthy=args.min_healthy,
+                         limit=args.html_limit, out=sys.stdout)
 
 
 def _install_uvloop() -> None:

@@ -42,6 +42,54 @@ def test_attempt_keeps_reasoning_only_when_asked() -> None:
     assert dropped.choices[0].reasoning is None  # no keeper made
 
 
+def test_a_recorded_attempt_keeps_its_reasoning_as_blocks_and_past_a_verdict() -> None:
+    """``record_chars`` keeps each choice's first that many characters of reasoning for
+    the recorder: as the chain's blocks (no keeper per delta), and in shadow mode (the
+    stream goes on after a verdict) delta by delta from the verdict on; it says whether
+    more came. Salvage still reads its own ``MAX_KEPT_REASONING``."""
+    pieces = [f" step {i:05d}." for i in range(300)]  # then a loop, 60,000 characters
+    pieces += [" I will check the ferry schedule once more, carefully."] * 1030
+    whole = "".join(pieces)
+    stream = _reasoning_stream(pieces)
+    shadow = chunk_attempt("chat", keep_reasoning=False, record_chars=50_000,
+                           stop_on_verdict=False)
+    assert shadow.feed(stream, 1.0) == stream
+    assert shadow.verdict is not None
+    assert shadow.verdict.at_char < 10_000
+    assert shadow.recorded_reasoning(0) == (whole[:50_000], True)
+    whole_shadow = chunk_attempt("chat", keep_reasoning=False, record_chars=100_000,
+                                 stop_on_verdict=False)
+    whole_shadow.feed(stream, 1.0)
+    assert whole_shadow.recorded_reasoning(0) == (whole, False)
+    # enforce (the stream stops at the verdict), with and without salvage's own keeper
+    for salvage in (False, True):
+        enforce = chunk_attempt("chat", keep_reasoning=salvage, record_chars=100_000)
+        enforce.feed(stream, 1.0)
+        assert enforce.verdict is not None
+        text, more = enforce.recorded_reasoning(0)
+        assert not more  # what the attempt read before it stopped is all kept
+        assert whole.startswith(text)
+        assert enforce.verdict.at_char <= len(text) < enforce.verdict.at_char + 300
+        assert (enforce.choices[0].reasoning is None) is not salvage
+        assert whole.startswith(enforce.reasoning_of(0))
+    quiet = chunk_attempt("chat", keep_reasoning=False, stop_on_verdict=False)
+    quiet.feed(stream, 1.0)
+    assert quiet.recorded_reasoning(0) == ("", False)
+    assert quiet.choices[0].recorded is None
+
+
+def test_a_recorded_attempt_without_text_detectors_keeps_deltas() -> None:
+    """With no text detector on thinking there are no blocks to keep: the deltas are."""
+    pieces = [f" step {i:05d}." for i in range(500)]
+    off = DetectorConfig(recurrence_enabled=False, periodic_enabled=False,
+                         restatement_enabled=False, sentences_enabled=False,
+                         degeneration_enabled=False)
+    attempt = chunk_attempt("chat", keep_reasoning=False, record_chars=4_000, detectors=off)
+    attempt.feed(_reasoning_stream(pieces), 1.0)
+    text, more = attempt.recorded_reasoning(0)
+    assert (text, more) == ("".join(pieces)[:4_000], True)
+
+
 def _events(data: bytes) -> list[bytes]:
     """``data`` cut after every blank line: one SSE event per piece (LF framing)."""
     return [piece + b"\n\n" for piece in data.split(b"\n\n")[:-1]]

@@ -98,3 +98,20 @@ def test_the_adaptive_budget_is_filled_in_later() -> None:
     assert isinstance(result, Plan)
     assert result.with_token_budget(None) is result
     assert result.with_token_budget(1200).detectors.thinking_token_budget == 1200
+
+
+def test_a_models_detector_thresholds_apply_to_its_requests() -> None:
+    """A ``[[models]]`` entry's ``detectors`` table replaces those thresholds for the
+    models it matches, and only for them; budgets still come from their own levels."""
+    entry = ModelOverride(match="qwen", thinking_token_budget=700,
+                          detectors={"recurrence_evidence": 3.0, "restatement_copies": 11})
+    cfg = Config(models=(entry,))
+    result = run(cfg=cfg)
+    assert isinstance(result, Plan)
+    assert result.detectors.recurrence_evidence == 3.0
+    assert result.detectors.restatement_copies == 11
+    assert result.detectors.thinking_token_budget == 700
+    assert result.detectors.sentences_repeat_chars == cfg.detectors.sentences_repeat_chars
+    other = run(cfg=cfg, body={**BODY, "model": "glm-z1"})
+    assert isinstance(other, Plan)
+    assert other.detectors is cfg.detectors

@@ -220,7 +220,7 @@ def test_names_follow_prometheus_conventions() -> None:
     forbidden = {"request_id", "id", "prompt", "text", "path", "user"}
     allowed = {"route", "outcome", "model", "detector", "channel", "mode", "step", "kind",
                "pool"}
-    allowed |= {"rule", "result", "version", "le"}
+    allowed |= {"rule", "result", "version", "le", "reason"}
     for fam in families:
         assert fam.name.startswith(P), fam.name
         if fam.type == "histogram":

@@ -3,8 +3,9 @@
 Precedence, highest first: command-line flag, environment variable, config file, default.
 
 - TOML: top-level keys are the fields of :class:`Config`; ``[detectors]`` holds the
-  fields of :class:`detectors.DetectorConfig`; ``[reissue]``, ``[memory]`` likewise;
-  ``[[models]]`` and ``[[reissue.rules]]`` are arrays of tables.
+  fields of :class:`detectors.DetectorConfig`; ``[reissue]``, ``[memory]``, ``[policy]``
+  and ``[record]`` likewise; ``[[models]]`` and ``[[reissue.rules]]`` are arrays of
+  tables.
 - Environment: ``RUNAWAY_SIDECAR_<NAME>`` for a top-level key, and
   ``RUNAWAY_SIDECAR_<TABLE>_<NAME>`` for a key of a table, upper-cased
   (``RUNAWAY_SIDECAR_DETECTORS_THINKING_TOKEN_BUDGET=4096``). Lists are comma separated,
@@ -22,14 +23,14 @@ import math
 import os
 import re
 import tomllib
-import types
 import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from detectors import DetectorConfig
+from detectors import DetectorConfig, default_chain
+from sidecar.config.coerce import build, coerce, is_scalar
 from sidecar.errors import ConfigError
 from sidecar.labels import DialectChoice, DialectName, LogFormat, Mode, Thinking, WatchedRoute
 
@@ -62,6 +63,10 @@ class ModelOverride:
     mode: Mode | None = None
     thinking_token_budget: int | None = None
     thinking_seconds_budget: float | None = None
+    #: Detector thresholds for this model: ``[detectors]`` keys (budgets aside, which are
+    #: the two fields above), each replacing the global value (``runaway-sidecar
+    #: calibrate`` proposes them). Checked and typed when the config loads.
+    detectors: Mapping[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,6 +144,22 @@ class PolicyConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class RecordConfig:
+    """Recording traces of this node's own traffic for calibration (``sidecar.traces``):
+    nothing is recorded unless ``dir`` is set. Watched requests in ``shadow`` or
+    ``enforce`` mode are recorded: every detection, and per model and hour a sample of
+    healthy requests and of requests that hit a budget."""
+
+    dir: str | None = None  # directory of the trace files; None: nothing is recorded
+    samples_per_hour: int = 4  # per model, of healthy requests and of budget hits each
+    exclude_prompt: bool = True  # keep the request's prompt out of the records
+    max_reasoning_chars: int = 262_144  # reasoning kept per stream (the rest is cut)
+    file_bytes: int = 16 * 1024 * 1024  # a trace file is closed past this size
+    max_bytes: int = 256 * 1024 * 1024  # the oldest trace files go past this total
+    queue: int = 128  # records waiting for the writer; more are dropped and counted
+
+
+@dataclass(frozen=True, slots=True)
 class Config:
     """Everything the sidecar reads at start-up and on SIGHUP."""
 
@@ -176,10 +197,14 @@ class Config:
     reissue: ReissueConfig = field(default_factory=ReissueConfig)
     memory: MemoryConfig = field(default_factory=MemoryConfig)
     policy: PolicyConfig = field(default_factory=PolicyConfig)
+    record: RecordConfig = field(default_factory=RecordConfig)
     models: tuple[ModelOverride, ...] = ()
 
 
-TABLES: tuple[str, ...] = ("detectors", "reissue", "memory", "policy")
+TABLES: tuple[str, ...] = ("detectors", "reissue", "memory", "policy", "record")
+#: ``[detectors]`` keys a ``[[models]]`` entry may not set in its ``detectors`` table: the
+#: entry's own fields of the same name set them.
+_MODEL_OWN_KEYS = frozenset({"thinking_token_budget", "thinking_seconds_budget"})
 PRESET_NAMES: tuple[str, ...] = ("coding-no-think", "math-think")
 
 
@@ -206,7 +231,12 @@ def load_config(
         _set_dotted(raw, key, value)
     for key, value in (overrides or {}).items():
         _set_dotted(raw, key, value)
-    cfg: Config = _build(Config, raw, "")
+    cfg: Config = build(Config, raw, "")
+    if any(m.detectors for m in cfg.models):
+        cfg = dataclasses.replace(cfg, models=tuple(
+            dataclasses.replace(m, detectors=_detector_overrides(
+                cfg.detectors, m.detectors, f"models[{i}].detectors"))
+            for i, m in enumerate(cfg.models)))
     validate(cfg)
     return cfg
 
@@ -244,6 +274,7 @@ def validate(cfg: Config) -> None:
         _check_regex(rule.match, f"reissue.rules[{i}].match")
     for i, model in enumerate(cfg.models):
         _check_regex(model.match, f"models[{i}].match")
+    _validate_record(cfg.record)
     policy = cfg.policy
     for name in policy.presets:
         if name not in PRESET_NAMES:
@@ -264,6 +295,26 @@ def validate(cfg: Config) -> None:
         raise ConfigError("key 'policy.redis_url': expected redis:// or rediss:// URL")
 
 
+def _validate_record(record: RecordConfig) -> None:
+    """The ``[record]`` table's bounds (whether ``dir`` is writable is checked when the
+    recorder starts)."""
+    if record.dir is not None and not record.dir.strip():
+        raise ConfigError("key 'record.dir': must be a directory path (or unset)")
+    if record.samples_per_hour < 0:
+        raise ConfigError("key 'record.samples_per_hour': must be 0 or more")
+    if record.max_reasoning_chars < 1024:
+        raise ConfigError("key 'record.max_reasoning_chars': must be at least 1024")
+    if record.file_bytes < 4 * record.max_reasoning_chars + 65536:
+        raise ConfigError("key 'record.file_bytes': must be at least 4 x "
+                          "record.max_reasoning_chars + 65536 (a whole reasoning fits a file: "
+                          f"{4 * record.max_reasoning_chars + 65536})")
+    if record.max_bytes < 2 * record.file_bytes:
+        raise ConfigError("key 'record.max_bytes': must be at least twice "
+                          f"record.file_bytes ({2 * record.file_bytes})")
+    if record.queue < 1:
+        raise ConfigError("key 'record.queue': must be at least 1")
+
+
 def parse_host_port(value: str, key: str = "listen") -> tuple[str, int]:
     """Split ``host:port`` (``[v6]:port`` allowed) or raise ``ConfigError`` naming ``key``."""
     host, sep, port = value.rpartition(":")
@@ -281,8 +332,8 @@ def option_keys() -> list[tuple[str, Any]]:
             sub = hints[f.name]
             sub_hints = typing.get_type_hints(sub)
             keys += [(f"{f.name}.{g.name}", sub_hints[g.name]) for g in dataclasses.fields(sub)
-                     if _is_scalar(sub_hints[g.name])]
-        elif _is_scalar(hints[f.name]):
+                     if is_scalar(sub_hints[g.name])]
+        elif is_scalar(hints[f.name]):
             keys.append((f.name, hints[f.name]))
     return keys
 
@@ -307,101 +358,25 @@ def _set_dotted(raw: dict[str, Any], key: str, value: Any) -> None:
     target[name] = value
 
 
-def _is_scalar(tp: Any) -> bool:
-    if dataclasses.is_dataclass(tp):
-        return False
-    args = typing.get_args(tp)
-    if typing.get_origin(tp) is tuple:
-        return args[0] is str
-    return all(_is_scalar(a) for a in args) if args and _is_union(tp) else True
-
-
-def _is_union(tp: Any) -> bool:
-    return typing.get_origin(tp) in (typing.Union, types.UnionType)
-
-
-def _build(cls: Any, raw: Any, prefix: str) -> Any:
-    where = prefix.rstrip(".") or "config"
-    if not isinstance(raw, Mapping):
-        raise ConfigError(f"key '{where}': expected a table")
-    hints = typing.get_type_hints(cls)
-    names = {f.name for f in dataclasses.fields(cls)}
-    unknown = sorted(set(raw) - names)
-    if unknown:
-        raise ConfigError(f"unknown key '{prefix}{unknown[0]}'")
-    kwargs = {name: _coerce(hints[name], value, f"{prefix}{name}") for name, value in raw.items()}
+def _detector_overrides(base: DetectorConfig, raw: Mapping[str, Any],
+                        key: str) -> dict[str, Any]:
+    """A ``[[models]]`` entry's ``detectors`` table, each value coerced to the type of its
+    ``[detectors]`` field, and the chain they make with ``base`` built once to check it."""
+    if not raw:
+        return {}
+    hints = typing.get_type_hints(DetectorConfig)
+    out: dict[str, Any] = {}
+    for name, value in raw.items():
+        if name in _MODEL_OWN_KEYS:
+            raise ConfigError(f"key '{key}.{name}': set it on the [[models]] entry itself")
+        if name not in hints:
+            raise ConfigError(f"unknown key '{key}.{name}' (expected a [detectors] key)")
+        out[name] = coerce(hints[name], value, f"{key}.{name}")
     try:
-        return cls(**kwargs)
-    except TypeError as exc:  # a required field of a table entry is missing
-        missing = re.search(r"'(\w+)'", str(exc))
-        name = missing.group(1) if missing else "?"
-        raise ConfigError(f"key '{prefix}{name}': required") from None
-
-
-def _coerce(tp: Any, value: Any, key: str) -> Any:
-    origin, args = typing.get_origin(tp), typing.get_args(tp)
-    if _is_union(tp):
-        if type(None) in args and (
-            value is None or (isinstance(value, str) and value.lower() == "none")
-        ):
-            return None
-        errors = []
-        for arg in args:
-            if arg is type(None):
-                continue
-            try:
-                return _coerce(arg, value, key)
-            except ConfigError as exc:
-                errors.append(str(exc))
-        raise ConfigError(errors[0] if errors else f"key '{key}': invalid value {value!r}")
-    if dataclasses.is_dataclass(tp):
-        return _build(tp, value, f"{key}.")
-    if origin is Literal:
-        if value not in args:
-            choices = ", ".join(str(a) for a in args)
-            raise ConfigError(f"key '{key}': expected one of {choices}, got {value!r}")
-        return value
-    if origin is tuple:
-        item = args[0]
-        if isinstance(value, str) and item is str:
-            value = [v.strip() for v in value.split(",") if v.strip()]
-        if not isinstance(value, list):
-            raise ConfigError(f"key '{key}': expected a list, got {type(value).__name__}")
-        return tuple(_coerce(item, v, f"{key}[{i}]") for i, v in enumerate(value))
-    if tp is Mapping[str, Any] or origin is Mapping:
-        if not isinstance(value, Mapping):
-            raise ConfigError(f"key '{key}': expected a table, got {type(value).__name__}")
-        return dict(value)
-    return _scalar(tp, value, key)
-
-
-def _scalar(tp: Any, value: Any, key: str) -> Any:
-    if tp is bool:
-        if isinstance(value, bool):
-            return value
-        if isinstance(value, str) and value.lower() in ("true", "1", "yes", "on"):
-            return True
-        if isinstance(value, str) and value.lower() in ("false", "0", "no", "off"):
-            return False
-    elif tp is int:
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
-        if isinstance(value, str) and re.fullmatch(r"-?\d+", value.strip()):
-            return int(value)
-    elif tp is float:
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return float(value)
-        if isinstance(value, str):
-            try:
-                return float(value)
-            except ValueError:
-                pass
-    elif tp is str:
-        if isinstance(value, str):
-            return value
-    else:
-        raise ConfigError(f"key '{key}': unsupported option type {tp!r}")
-    raise ConfigError(f"key '{key}': expected {tp.__name__}, got {value!r}")
+        default_chain(dataclasses.replace(base, **out))
+    except ValueError as exc:
+        raise ConfigError(f"key '{key}': {exc}") from None
+    return out
 
 
 def _check_regex(pattern: str, key: str) -> None:
