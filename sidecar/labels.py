@@ -10,17 +10,22 @@ from __future__ import annotations
 
 from typing import Literal, get_args
 
+from detectors.agent_loops import LoopKind
 from detectors.base import Channel
 
 __all__ = [
+    "AGENT_LOOP_MODES",
     "DIALECT_NAMES",
     "MODES",
+    "AgentLoopAction",
+    "AgentLoopMode",
     "BodyLayout",
     "Channel",
     "DialectChoice",
     "DialectName",
     "LadderStep",
     "LogFormat",
+    "LoopKind",
     "Mode",
     "Outcome",
     "RecordDrop",
@@ -39,6 +44,17 @@ Mode = Literal["enforce", "cut", "shadow", "off"]
 """What the sidecar does on a verdict: ``enforce`` cuts and reissues, ``cut`` ends the
 response cleanly, ``shadow`` only logs and counts, ``off`` does not watch at all."""
 MODES: tuple[Mode, ...] = get_args(Mode)
+
+AgentLoopMode = Literal["off", "shadow", "nudge", "refuse"]
+"""What the sidecar does with an agent loop a request's history shows (docs/agent-loops.md):
+``off`` does not look, ``shadow`` logs and counts, ``nudge`` adds one note for the model,
+``refuse`` answers with a 400 the agent shows its user."""
+AGENT_LOOP_MODES: tuple[AgentLoopMode, ...] = get_args(AgentLoopMode)
+
+AgentLoopAction = Literal["shadow", "nudge", "refuse", "passed"]
+"""What was done with one request that carried an agent loop (the ``action`` label):
+``passed`` is a ``nudge`` or ``refuse`` request that went upstream as it came (its loop
+was nudged before, or the note is already there, or the user spoke after the loop)."""
 
 WatchMode = Literal["enforce", "cut", "shadow"]
 """The modes in which a stream is watched (the ``mode`` label of the runaway counter)."""

@@ -30,9 +30,18 @@ from pathlib import Path
 from typing import Any, Literal
 
 from detectors import DetectorConfig, default_chain
+from detectors.agent_loops import LoopConfig
 from sidecar.config.coerce import build, coerce, is_scalar
 from sidecar.errors import ConfigError
-from sidecar.labels import DialectChoice, DialectName, LogFormat, Mode, Thinking, WatchedRoute
+from sidecar.labels import (
+    AgentLoopMode,
+    DialectChoice,
+    DialectName,
+    LogFormat,
+    Mode,
+    Thinking,
+    WatchedRoute,
+)
 
 ENV_PREFIX = "RUNAWAY_SIDECAR_"
 
@@ -67,6 +76,7 @@ class ModelOverride:
     #: the two fields above), each replacing the global value (``runaway-sidecar
     #: calibrate`` proposes them). Checked and typed when the config loads.
     detectors: Mapping[str, Any] = field(default_factory=dict)
+    agent_loops: AgentLoopMode | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -193,6 +203,11 @@ class Config:
     # Longest request line or header field; longer ones get a 400 before any handler runs.
     max_header_bytes: int = 8190
     api_key: str | None = None  # if set, clients must send "Authorization: Bearer <key>"
+    # Agent loops across turns (docs/agent-loops.md): off | shadow | nudge | refuse.
+    agent_loops: AgentLoopMode = "shadow"
+    # Log the looping call's arguments (they may hold file contents or secrets).
+    agent_loops_log_arguments: bool = False
+    agent_loop_detector: LoopConfig = field(default_factory=LoopConfig)
     detectors: DetectorConfig = field(default_factory=DetectorConfig)
     reissue: ReissueConfig = field(default_factory=ReissueConfig)
     memory: MemoryConfig = field(default_factory=MemoryConfig)
@@ -201,7 +216,8 @@ class Config:
     models: tuple[ModelOverride, ...] = ()
 
 
-TABLES: tuple[str, ...] = ("detectors", "reissue", "memory", "policy", "record")
+TABLES: tuple[str, ...] = ("detectors", "reissue", "memory", "policy", "record",
+                           "agent_loop_detector")
 #: ``[detectors]`` keys a ``[[models]]`` entry may not set in its ``detectors`` table: the
 #: entry's own fields of the same name set them.
 _MODEL_OWN_KEYS = frozenset({"thinking_token_budget", "thinking_seconds_budget"})

@@ -44,6 +44,8 @@ def build(cls: Any, raw: Any, prefix: str) -> Any:
         missing = re.search(r"'(\w+)'", str(exc))
         name = missing.group(1) if missing else "?"
         raise ConfigError(f"key '{prefix}{name}': required") from None
+    except ValueError as exc:  # the table's own checks (``LoopConfig``)
+        raise ConfigError(f"key '{where}': {exc}") from None
 
 
 def coerce(tp: Any, value: Any, key: str) -> Any:

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from detectors import Verdict
+from detectors.agent_loops import Event
 from sidecar.config import Config, ThinkingOffRule
 from sidecar.core.attempt import Attempt, AttemptSpec, Totals
 from sidecar.dialects import Dialect
@@ -238,6 +239,18 @@ class WireApi(abc.ABC):
         """``body`` with the reasoning whose marks are in ``cut`` replaced by
         :data:`CUT_NOTE`: a looped block fed back could start the loop again."""
         return dict(body)
+
+    def agent_history(self, body: Mapping[str, Any], window: int) -> list[Event]:
+        """The trailing tool calls and replies of this request's history, oldest first,
+        reading at most ``window`` assistant events (``detectors.agent_history``); empty
+        for an API with no tool calls."""
+        return []
+
+    def with_loop_note(self, body: Mapping[str, Any], note: str) -> dict[str, Any] | None:
+        """``body`` with ``note`` added where the model reads it last, on the user's side
+        of the conversation (after the tool results); None when the body has no such
+        place (its history does not end on the user's side)."""
+        return None
 
     def watchable(self, body: Mapping[str, Any]) -> bool:
         """Whether this request can be watched at all (else it is passed through)."""

@@ -4,7 +4,8 @@ lines (``sidecar.obs.logs``) of the watched exchanges and the pass-through reque
 Each function books one moment of a request, so the runner and the relay say *when*
 and this module says *what*: an attempt ended (:func:`attempt_ended`), the ladder decided
 what follows (:func:`counted`, which books a verdict with :func:`verdict`), the
-request's policy (:func:`policy`) and cleaned history (:func:`history_cleaned`), and once
+request's policy (:func:`policy`), cleaned history (:func:`history_cleaned`) and agent
+loop (:func:`agent_loop`), and once
 per request its end: the ``access`` line (:func:`exchange_done`,
 :func:`passthrough_done`).
 """
@@ -17,12 +18,13 @@ import structlog
 from aiohttp import web
 
 from detectors import Verdict
+from sidecar.core.agent_loops import Found
 from sidecar.core.attempt import Attempt
 from sidecar.core.exchange import Exchange
 from sidecar.core.ladder import Next
 from sidecar.labels import LadderStep, Outcome, ReissueOutcome, WatchedRoute
 from sidecar.net.sinks import Sink
-from sidecar.obs.logs import access_log_fields, runaway_log_fields
+from sidecar.obs.logs import access_log_fields, agent_loop_log_fields, runaway_log_fields
 from sidecar.obs.metrics import Metrics
 from sidecar.policy.rules import Decision
 
@@ -45,6 +47,17 @@ def history_cleaned(metrics: Metrics, request: web.Request, route: WatchedRoute,
     metrics.history_cleaned(route, pieces)
     log.info("history_cleaned", path=request.path, pieces=pieces,
              request_id=request.headers.get("X-Request-Id", ""))
+
+
+def agent_loop(metrics: Metrics, request: web.Request, route: WatchedRoute,
+               model: str | None, found: Found, *, arguments: bool) -> None:
+    """The request's history showed an agent loop (``found``: the evidence and what was
+    done); ``arguments``: log the calls' arguments too."""
+    finding = found.finding
+    metrics.agent_loop(route, model, finding.kind, found.action)
+    log.warning("agent_loop", **agent_loop_log_fields(
+        finding, action=found.action, reason=found.reason, route=route, model=model,
+        request_id=request.headers.get("X-Request-Id", ""), arguments=arguments))
 
 
 def attempt_ended(metrics: Metrics, ex: Exchange, attempt: Attempt) -> None:

@@ -5,9 +5,10 @@ last byte.
 
 1. reads the client's body (``sidecar.net.client``) and prepares the request with the
    pure steps of :mod:`sidecar.core.prepare`, awaiting the fleet between them: the cut
-   reasoning its history carries back, the adaptive budget (:meth:`Runner._prepare`). A
+   reasoning its history carries back, the agent loop it shows
+   (``sidecar.core.agent_loops``), the adaptive budget (:meth:`Runner._prepare`). A
    request that cannot be watched is relayed (``sidecar.net.relay``), a malformed control
-   refused;
+   or a refused agent loop answered with a 400;
 2. opens the exchange: its books (``Exchange``), its API-side parts (``WireApi.open``:
    splicer, fold, attempts), its sink and its ladder (:meth:`Runner._open`);
 3. runs its attempts (:meth:`_Run.serve`): the runaway memory may make the first one
@@ -19,11 +20,11 @@ last byte.
 
 Where what comes next plugs in:
 
-- a check of the request as a whole before any upstream attempt (e.g. of the agent loop
-  its conversation history shows) goes in :meth:`Runner._prepare` right after
-  ``prepare.shape``: ``Shaped.body`` is the parsed body the upstream is to get; the check
-  may return a changed ``Shaped`` (a note added to the body) or a ``Refusal``, which is
-  answered like a malformed control;
+- a check of the request as a whole before any upstream attempt goes in
+  :meth:`Runner._prepare` right after ``prepare.shape``, as the agent-loop check
+  (``sidecar.core.agent_loops``) does: ``Shaped.body`` is the parsed body the upstream is
+  to get; the check may return a changed ``Shaped`` (a note added to the body) or a
+  ``Refusal``, which is answered like a malformed control;
 - what an exchange leaves behind: :meth:`_Run.settle` sees each attempt as it ends (its
   verdict, ``Attempt.reasoning_of``; the trace recorder takes it there), and
   :meth:`_Run.finish` runs once at the end of every exchange, with its books
@@ -43,7 +44,7 @@ from aiohttp import web
 
 from detectors import DetectorConfig, Verdict
 from sidecar.config import Config, ThinkingOffRule
-from sidecar.core import prepare
+from sidecar.core import agent_loops, prepare
 from sidecar.core.attempt import Attempt, AttemptSpec, Totals
 from sidecar.core.bodies import prompt_estimate
 from sidecar.core.exchange import Exchange
@@ -155,6 +156,15 @@ class Runner:
         if isinstance(shaped, Refusal):
             self.metrics.request_done(api.route, "rejected", prepare.model_of(got.body))
             return json_error(api, 400, shaped.message, "BadRequestError", param=shaped.param)
+        checked = agent_loops.check(cfg, api, shaped, request.headers)
+        if checked.found is not None:
+            accounting.agent_loop(self.metrics, request, api.route, shaped.model,
+                                  checked.found, arguments=cfg.agent_loops_log_arguments)
+        if checked.refusal is not None:
+            self.metrics.request_done(api.route, "rejected", shaped.model)
+            return json_error(api, 400, checked.refusal.message, "BadRequestError",
+                              param=checked.refusal.param)
+        shaped = checked.shaped
         planned = shaped.plan
         if planned.adaptive:
             planned = planned.with_token_budget(await self.fleet.budget(planned.budget_key))

@@ -9,7 +9,9 @@ through :func:`redact` before it is rendered:
   any depth of nested mappings, lists and ``(name, value)`` header pairs;
 - values under text keys (``messages``, ``prompt``, ``content``, ``reasoning``,
   ``text``, ``body``, ...) become ``[redacted]``: prompts and completions are never
-  logged. The one exception is the runaway ``evidence`` excerpt, cut to 200 characters;
+  logged. The exceptions are the runaway ``evidence`` excerpt, cut to 200 characters,
+  and an agent loop's ``arguments`` and ``excerpt`` when ``agent_loops_log_arguments``
+  is set;
 - ``Bearer``/``Basic`` credentials inside any string become ``[redacted]``;
 - bytes are replaced by their length, and any other string is cut to 1,000 characters
   (8,000 for tracebacks) so that a stray body cannot flood the journal.
@@ -30,12 +32,14 @@ import orjson
 import structlog
 from structlog.typing import EventDict, Processor, WrappedLogger
 
+from detectors.agent_loops import LoopFinding
 from detectors.base import Verdict
 from sidecar.labels import LogFormat
 
 __all__ = [
     "REDACTED",
     "access_log_fields",
+    "agent_loop_log_fields",
     "configure_logging",
     "redact",
     "runaway_log_fields",
@@ -251,6 +255,28 @@ def access_log_fields(
         "bytes": bytes_sent,
         "upstream_status": upstream_status,
     }
+
+
+def agent_loop_log_fields(finding: LoopFinding, *, action: str, reason: str, route: str,
+                          model: str | None, request_id: str,
+                          arguments: bool) -> dict[str, object]:
+    """Fields of the one ``agent_loop`` event per request whose history shows a loop: the
+    evidence (kind, the calls' names, the count, the history indices of the repeated
+    calls or turns). The calls' arguments and a text loop's excerpt only with
+    ``arguments`` (``agent_loops_log_arguments``): they may hold file contents or
+    secrets."""
+    fields: dict[str, object] = {
+        "request_id": request_id, "route": route, "model": model, "kind": finding.kind,
+        "action": action, "calls": [call.name for call in finding.calls],
+        "count": finding.count, "indices": list(finding.indices),
+    }
+    if reason:
+        fields["reason"] = reason
+    if arguments:
+        fields["arguments"] = [call.arguments[:EVIDENCE_MAX_CHARS] for call in finding.calls]
+        if finding.excerpt:
+            fields["excerpt"] = finding.excerpt
+    return fields
 
 
 def runaway_log_fields(

@@ -7,8 +7,9 @@ prometheus_client.
 
 Label sets are bounded by construction:
 
-- ``route``, ``outcome``, ``kind``, ``pool``, ``step``, ``channel``, ``mode`` and ``result`` are
-  closed :data:`~typing.Literal` enums, checked by mypy at the call site.
+- ``route``, ``outcome``, ``kind``, ``pool``, ``step``, ``channel``, ``mode``, ``action``
+  and ``result`` are closed :data:`~typing.Literal` enums, checked by mypy at the call
+  site.
 - ``model`` goes through :class:`LabelCap` with the configured ``model_allowlist``:
   an exact name is kept, anything else becomes ``other``. The entry ``"*"`` admits any
   name, but only the first ``max_models`` distinct names (default 50) of the process
@@ -44,8 +45,10 @@ from prometheus_client import (
 from prometheus_client import multiprocess as _mp
 
 from sidecar.labels import (
+    AgentLoopAction,
     Channel,
     LadderStep,
+    LoopKind,
     Outcome,
     RecordDrop,
     RecordKind,
@@ -269,6 +272,14 @@ class Metrics:
             "Pieces of cut reasoning a client sent back in a later request, replaced by a note.",
             ("route",),
         )
+        # Not started at 0 per label set (3 routes x 3 kinds x 4 actions per model): a
+        # looping agent sends a request per turn, so rate() sees the loop from its second.
+        self._agent_loops = counter(
+            "agent_loops",
+            "Requests whose history showed an agent loop across turns, by route, model, "
+            "kind (repeat, cycle, text) and what was done (shadow, nudge, refuse, passed).",
+            ("route", "model", "kind", "action"),
+        )
         self._reloads = counter(
             "config_reloads", "Config reloads (SIGHUP), by result.", ("result",)
         )
@@ -414,6 +425,13 @@ class Metrics:
     def history_cleaned(self, route: WatchedRoute, pieces: int) -> None:
         """A request's history carried back ``pieces`` of reasoning the sidecar had cut."""
         self._history.labels(route=route).inc(pieces)
+
+    def agent_loop(self, route: WatchedRoute, model: str | None, kind: LoopKind,
+                   action: AgentLoopAction) -> None:
+        """Once per request whose history showed an agent loop, before any upstream
+        attempt."""
+        self._agent_loops.labels(route=route, model=self._model(model), kind=kind,
+                                 action=action).inc()
 
     def policy_decision(self, rule: str) -> None:
         """Once per request that a policy rule decided (named in the config)."""

@@ -30,6 +30,8 @@ from typing import Any
 
 import orjson
 
+from detectors.agent_history import messages_history
+from detectors.agent_loops import Event
 from sidecar.apis.messages.attempt import MessagesAttempt
 from sidecar.apis.messages.fold import MessagesFold
 from sidecar.apis.messages.splice import MARK_PREFIX, MessagesSplicer, error_object
@@ -127,6 +129,27 @@ class MessagesApi(EventApi):
         return [block["signature"] for block in _thinking_blocks(body)
                 if isinstance(block.get("signature"), str)
                 and block["signature"].startswith(MARK_PREFIX)]
+
+    def agent_history(self, body: Mapping[str, Any], window: int) -> list[Event]:
+        return messages_history(body, window)
+
+    def with_loop_note(self, body: Mapping[str, Any], note: str) -> dict[str, Any] | None:
+        """The body with ``note`` as a text block at the end of the last user message
+        (after its ``tool_result`` blocks, where the API wants them first)."""
+        messages = body.get("messages")
+        if not isinstance(messages, list) or not messages:
+            return None
+        last = messages[-1]
+        if not isinstance(last, Mapping) or last.get("role") != "user":
+            return None
+        content = last.get("content")
+        blocks = ([{"type": "text", "text": content}] if isinstance(content, str)
+                  else list(content) if isinstance(content, list) else None)
+        if blocks is None:
+            return None
+        note_block = {"type": "text", "text": note}
+        return {**body, "messages": [*messages[:-1],
+                                     {**last, "content": [*blocks, note_block]}]}
 
     def clean_history(self, body: Mapping[str, Any], cut: set[str]) -> dict[str, Any]:
         out = dict(body)

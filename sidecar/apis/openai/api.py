@@ -34,6 +34,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from detectors.agent_history import chat_history
+from detectors.agent_loops import Event
 from sidecar.apis.openai.attempt import OpenAIAttempt
 from sidecar.apis.openai.chunks import ChunkKind
 from sidecar.apis.openai.fold import OpenAIFold
@@ -230,6 +232,19 @@ class OpenAIApi(WireApi):
         if self.kind != "chat":
             return []
         return [text_mark(text) for text in _history_reasoning(body)]
+
+    def agent_history(self, body: Mapping[str, Any], window: int) -> list[Event]:
+        return chat_history(body, window) if self.kind == "chat" else []
+
+    def with_loop_note(self, body: Mapping[str, Any], note: str) -> dict[str, Any] | None:
+        """A chat body with ``note`` as a user message after the tool results (a system
+        message anywhere but first is refused by some chat templates)."""
+        messages = body.get("messages")
+        if (self.kind != "chat" or not isinstance(messages, list) or not messages
+                or not isinstance(messages[-1], dict)
+                or messages[-1].get("role") not in ("tool", "user")):
+            return None
+        return {**body, "messages": [*messages, {"role": "user", "content": note}]}
 
     def clean_history(self, body: Mapping[str, Any], cut: set[str]) -> dict[str, Any]:
         out = dict(body)

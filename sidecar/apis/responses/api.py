@@ -31,6 +31,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from detectors.agent_history import responses_history
+from detectors.agent_loops import Event
 from sidecar.apis.responses.attempt import ResponsesAttempt
 from sidecar.apis.responses.fold import ResponsesFold
 from sidecar.apis.responses.splice import ResponsesSplicer
@@ -139,6 +141,24 @@ class ResponsesApi(EventApi):
     def history_marks(self, body: Mapping[str, Any]) -> list[str]:
         """The ids of the reasoning items in the input."""
         return [item["id"] for item in _reasoning_items(body) if isinstance(item.get("id"), str)]
+
+    def agent_history(self, body: Mapping[str, Any], window: int) -> list[Event]:
+        return responses_history(body, window)
+
+    def with_loop_note(self, body: Mapping[str, Any], note: str) -> dict[str, Any] | None:
+        """The body with ``note`` as a user message item after the call outputs (a
+        ``developer`` item is dropped by chat templates that know no such role)."""
+        items = body.get("input")
+        if not isinstance(items, list) or not items or not isinstance(items[-1], Mapping):
+            return None
+        last = items[-1]
+        if last.get("type", "message") == "message" and last.get("role") != "user":
+            return None
+        if last.get("type") in ("function_call", "custom_tool_call", "reasoning"):
+            return None
+        item = {"type": "message", "role": "user",
+                "content": [{"type": "input_text", "text": note}]}
+        return {**body, "input": [*items, item]}
 
     def clean_history(self, body: Mapping[str, Any], cut: set[str]) -> dict[str, Any]:
         out = dict(body)
