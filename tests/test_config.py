@@ -101,12 +101,36 @@ def test_record_table(tmp_path: Path) -> None:
         ("[record]\nfile_bytes = 100000", "record.file_bytes"),
         ("[record]\nmax_bytes = 2000000", "record.max_bytes"),
         ("[record]\nqueue = 0", "record.queue"),
+        ('agent_loops = "loud"', "agent_loops"),
+        ('[[models]]\nmatch = "x"\nagent_loops = "enforce"', "models[0].agent_loops"),
+        ("[agent_loop_detector]\nrepeat_min = 1", "agent_loop_detector"),
+        ("[agent_loop_detector]\nwindow = 5", "agent_loop_detector"),
+        ("[agent_loop_detector]\ncycle_min = \"x\"", "agent_loop_detector.cycle_min"),
     ],
 )
 def test_errors_name_the_key(tmp_path: Path, text: str, key: str) -> None:
     """Every bad value is a ConfigError whose message names the offending key."""
     with pytest.raises(ConfigError, match=re.escape(f"'{key}")):
         load_config(write(tmp_path, text), env={})
+
+
+def test_agent_loops_settings(tmp_path: Path) -> None:
+    """agent_loops globally (shadow by default), per model, by environment and flag; the
+    thresholds as a table; a bad threshold's message says what is wrong."""
+    assert Config().agent_loops == "shadow"
+    path = write(tmp_path, 'agent_loops = "nudge"\n'
+                           '[agent_loop_detector]\nrepeat_min = 4\n'
+                           '[[models]]\nmatch = "coder"\nagent_loops = "refuse"\n')
+    cfg = load_config(path, env={"RUNAWAY_SIDECAR_AGENT_LOOP_DETECTOR_CYCLE_MIN": "5"})
+    assert cfg.agent_loops == "nudge"
+    assert (cfg.agent_loop_detector.repeat_min, cfg.agent_loop_detector.cycle_min) == (4, 5)
+    assert cfg.models[0].agent_loops == "refuse"
+    flagged = load_config(None, env={"RUNAWAY_SIDECAR_AGENT_LOOPS": "off"},
+                          overrides={"agent_loop_detector.window": "80"})
+    assert flagged.agent_loops == "off"
+    assert flagged.agent_loop_detector.window == 80
+    with pytest.raises(ConfigError, match="thresholds must be at least 2"):
+        load_config(write(tmp_path, "[agent_loop_detector]\ntext_min = 0"), env={})
 
 
 def test_bad_toml_and_missing_file(tmp_path: Path) -> None:
