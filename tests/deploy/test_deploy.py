@@ -160,6 +160,7 @@ LABEL_ENUMS: dict[str, Any] = {
     "channel": labels.Channel,
     "result": labels.ReloadResult,
     "mode": labels.WatchMode,
+    "action": labels.AgentLoopAction,
 }
 
 
@@ -175,6 +176,8 @@ def test_label_values_belong_to_the_enums(path: Path) -> None:
             enum = LABEL_ENUMS.get(label)
             if name.startswith("reissues") and label == "outcome":
                 enum = labels.ReissueOutcome
+            if name.startswith("agent_loops") and label == "kind":
+                enum = labels.LoopKind
             if enum is None:
                 continue
             for alternative in value.split("|"):
