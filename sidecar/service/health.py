@@ -4,7 +4,7 @@ It is a separate aiohttp application (default ``127.0.0.1:9464``, bound by the C
 that ``/metrics`` on the node's main port still reaches vLLM's own metrics.
 
 - ``GET /metrics``: the Prometheus exposition (merged across workers in
-  multiprocess mode, see :func:`sidecar.obs.metrics.exposition`).
+  multiprocess mode, see :func:`sidecar.obs.exposition.exposition`).
 - ``GET /healthz``: 200 while the process runs its event loop. Liveness only; it never
   looks at the upstream, so a vLLM restart does not get the sidecar restarted too.
 - ``GET /readyz``: 200 when the ``readiness`` callback returns ``True``, else 503. The
@@ -26,7 +26,7 @@ import structlog
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 
-from sidecar.obs.metrics import exposition
+from sidecar.obs.exposition import exposition
 
 __all__ = ["READINESS_TIMEOUT_SECONDS", "Readiness", "make_metrics_app", "upstream_probe"]
 

@@ -13,7 +13,8 @@ import pytest
 from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
-from sidecar.obs.metrics import OTHER, LabelCap, Metrics, exposition
+from sidecar.obs.exposition import exposition
+from sidecar.obs.metrics import OTHER, LabelCap, Metrics
 
 P = "runaway_sidecar_"
 
@@ -261,7 +262,7 @@ READER = textwrap.dedent("""
     import json, sys
     from prometheus_client import CollectorRegistry
     from prometheus_client.parser import text_string_to_metric_families
-    from sidecar.obs.metrics import exposition, mark_worker_dead
+    from sidecar.obs.exposition import exposition, mark_worker_dead
     for pid in sys.argv[1:]:
         mark_worker_dead(int(pid))
     body, ctype = exposition(CollectorRegistry())
