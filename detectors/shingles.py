@@ -23,8 +23,9 @@ re-inserts), and doubles, re-inserting the ring's shingles in their order, until
 full ``2 * history`` slots (8 + 16 KiB at the default 8192) once the ring holds more than
 ``history / 8`` shingles. Until then it holds at most one ring entry per eight slots, a
 quarter of the full-size table's load once the ring is full, so it drops fewer shingles
-than that table does. The ring takes 2 bytes per shingle (4 while the table grows) up to
-``history`` of them (16 KiB), then wraps. A stream idle after 400 tokens (about 370
+than that table does. The ring takes 4 bytes per shingle while the table grows, then 2,
+allocated by powers of two of entries (one allocation each, not a realloc per few
+appends) up to ``history`` of them (16 KiB), then wraps. A stream idle after 400 tokens (about 370
 shingles) holds 6 KiB of table, not 24.
 """
 
@@ -111,7 +112,7 @@ class ShingleTable:
         # the slot the shingle went to (what expiry needs) or ``_DROPPED``.
         self._ring = array("I")
         self._rpos = 0
-        self._filled = 0  # ring entries so far, up to ``history``
+        self._filled = 0  # ring entries so far, counted while the table grows
         self._keys = 0  # keys taken so far (the first ``k - 1`` end no shingle)
         # The hashes of the last ``k`` keys, oldest first (zeros before the stream's first),
         # and the rolling hash of the last ``k``.
@@ -121,9 +122,22 @@ class ShingleTable:
 
     def reserve(self, keys: int) -> None:
         """Make room before a batch of up to ``keys`` more keys: allocate or grow the table
-        for the shingles the ring will hold after them (see the module docstring)."""
+        for the shingles the ring will hold after them, then the ring (see the module
+        docstring)."""
         if self._bits < self._maxbits:
             self._grow(self._filled + keys)
+        if self._bits != self._maxbits:
+            return
+        ring = self._ring
+        hist = 1 << (self._maxbits - 1)
+        if len(ring) < min(hist, self._rpos + keys):
+            # A power of two of entries, at most ``history``, in one allocation each: grown
+            # by append, the array was realloc'd about 30 times on its way to 16 KiB, and
+            # with streams interleaved each move left a freed copy in the heap that RSS kept.
+            size = min(hist, 1 << (self._rpos + keys - 1).bit_length())
+            grown = array("H", (_DROPPED,)) * size
+            grown[: len(ring)] = ring
+            self._ring = grown
 
     def _grow(self, shingles: int) -> None:
         """Size the table to at least eight slots per shingle for ``shingles`` ring entries
@@ -158,7 +172,10 @@ class ShingleTable:
         self._pairs, self._fps, self._bits = pairs, fps, bits
         if not less:
             # Two bytes an entry from now on: a slot, or ``_DROPPED`` where it was ``_GONE``.
+            # ``reserve`` sizes it from here on: the entries not written yet hold
+            # ``_DROPPED`` (nothing to forget), so the ring fills as it wraps, in one path.
             self._ring = array("H", (_DROPPED if e == _GONE else e for e in ring))
+            self._rpos = len(ring)
 
     def see(self, keys: list[str]) -> bytearray:
         """Take the next ``keys`` of the stream and count the shingles that end at them;
@@ -186,8 +203,7 @@ class ShingleTable:
         pairs = self._pairs
         fps = self._fps
         ring = self._ring
-        hist = 1 << (self._maxbits - 1)
-        wrap = hist - 1
+        wrap = (1 << (self._maxbits - 1)) - 1  # ``history`` is a power of two
         shift = 64 - self._maxbits
         fshift = shift - 8
         less = self._maxbits - self._bits
@@ -229,10 +245,13 @@ class ShingleTable:
                     pairs[pi] = b + (16 if slot & 1 else 1)
                 if c:
                     append(c)
-            if filled >= hist:  # the table is full-size (see ``_grow``)
+            if less:  # the table still grows: the ring keeps full-size slots and fps
+                filled += 1
+                ring.append(mixed >> fshift if slot != dropped else _GONE)
+            else:  # the ring wraps at ``history`` entries (see ``reserve``)
                 o = ring[rpos]
                 ring[rpos] = slot
-                rpos = (rpos + 1) & wrap  # ``history`` is a power of two
+                rpos = (rpos + 1) & wrap
                 if o != dropped:  # forget the oldest shingle
                     po = o >> 1
                     b = pairs[po]
@@ -241,13 +260,5 @@ class ShingleTable:
                             pairs[po] = b - 16
                     elif b & 15:
                         pairs[po] = b - 1
-            else:  # the ring grows to ``history`` entries, then wraps
-                filled += 1
-                if not less:
-                    ring.append(slot)
-                elif slot != dropped:  # the table still grows: its full-size slot and fp
-                    ring.append(mixed >> fshift)
-                else:
-                    ring.append(_GONE)
         self._rolling, self._rpos, self._filled = rolling, rpos, filled
         return counts

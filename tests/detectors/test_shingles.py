@@ -38,9 +38,9 @@ def test_the_first_keys_end_no_shingle() -> None:
     table = ShingleTable(4, 256)
     table.reserve(10)
     table.see(["a", "b"])
-    assert table._filled == 0
+    assert table._rpos == 0
     table.see(["c", "d", "e"])
-    assert table._filled == 2
+    assert table._rpos == 2
 
 
 def test_a_shingle_counts_its_earlier_sightings_up_to_15() -> None:
