@@ -93,6 +93,7 @@ class ShingleTable:
         "_ring",
         "_rolling",
         "_rpos",
+        "_sized",
     )
 
     def __init__(self, shingle: int, history: int) -> None:
@@ -112,6 +113,7 @@ class ShingleTable:
         # the slot the shingle went to (what expiry needs) or ``_DROPPED``.
         self._ring = array("I")
         self._rpos = 0
+        self._sized = False  # the table and the ring have their full sizes: nothing to reserve
         self._filled = 0  # ring entries so far, counted while the table grows
         self._keys = 0  # keys taken so far (the first ``k - 1`` end no shingle)
         # The hashes of the last ``k`` keys, oldest first (zeros before the stream's first),
@@ -124,10 +126,12 @@ class ShingleTable:
         """Make room before a batch of up to ``keys`` more keys: allocate or grow the table
         for the shingles the ring will hold after them, then the ring (see the module
         docstring)."""
+        if self._sized:
+            return
         if self._bits < self._maxbits:
             self._grow(self._filled + keys)
-        if self._bits != self._maxbits:
-            return
+            if self._bits < self._maxbits:
+                return
         ring = self._ring
         hist = 1 << (self._maxbits - 1)
         if len(ring) < min(hist, self._rpos + keys):
@@ -138,6 +142,7 @@ class ShingleTable:
             grown = array("H", (_DROPPED,)) * size
             grown[: len(ring)] = ring
             self._ring = grown
+            self._sized = size == hist
 
     def _grow(self, shingles: int) -> None:
         """Size the table to at least eight slots per shingle for ``shingles`` ring entries
