@@ -84,16 +84,34 @@ def row(record: dict[str, Any], config: DetectorConfig) -> Row:
     return out
 
 
-def table(config: DetectorConfig | None = None) -> dict[str, Row]:
-    """``"file:index"`` -> :func:`row`, for every record with a verdict or a finding."""
+def table(config: DetectorConfig | None = None, part: tuple[str, int, int] | None = None,
+          ) -> dict[str, Row]:
+    """``"file:index"`` -> :func:`row`, for every record with a verdict or a finding; with
+    ``part = (stem, start, stop)``, for records ``start`` to ``stop - 1`` of that file only."""
     config = config or DetectorConfig()
     out: dict[str, Row] = {}
     for path in sorted(TRACES.glob("*.jsonl")):
+        if part is not None and path.stem != part[0]:
+            continue
+        start, stop = (0, None) if part is None else part[1:]
         with path.open(encoding="utf-8") as fh:
             for i, line in enumerate(fh):
+                if i < start or (stop is not None and i >= stop):
+                    continue
                 entry = row(json.loads(line), config)
                 if entry:
                     out[f"{path.stem}:{i}"] = entry
+    return out
+
+
+def parts(size: int) -> list[tuple[str, int, int]]:
+    """Every trace file cut into runs of ``size`` records, ``(stem, start, stop)``: the
+    table is checked a part at a time, each well within a test's timeout."""
+    out = []
+    for path in sorted(TRACES.glob("*.jsonl")):
+        with path.open(encoding="utf-8") as fh:
+            n = sum(1 for _ in fh)
+        out += [(path.stem, i, min(i + size, n)) for i in range(0, n, size)]
     return out
 
 
