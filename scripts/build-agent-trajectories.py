@@ -17,12 +17,18 @@ are read from the commits named in SOURCES, so a rebuild gives the same records.
 Each record is one trajectory as :mod:`detectors.agent_loops` events, with its source
 (repository, path, commit, license), outcome, label and the reason for the label. Labels
 come from LABELS below: written from each run's outcome and from reading it, never from
-the detector. Tool names and arguments are kept as they are; tool results and reply texts
-are replaced by stand-ins that the detector cannot tell apart from the originals: a result
-by a digest of its text with durations, times and dates masked, a reply by a digest of its
-normalized text (short replies, which never count, keep their normalized text). The script
-checks that the findings (kind, calls, count, indices) are the same on the originals and
-the stand-ins at every threshold from 2 to 10, and fails otherwise.
+the detector. Tool results and reply texts are replaced by stand-ins that the detector
+cannot tell apart from the originals: a result by a digest of its text with durations,
+times and dates masked, a reply by a digest of its normalized text (short replies, which
+never count, keep their normalized text). In the records of a source with no license
+stated, nothing of the source is kept verbatim: each argument string becomes a digest of
+its canonical text ("a:" and 12 hex digits), a tool name that is not a plain identifier
+(a fragment of an error message the transcript's parser took for a call) a digest of it
+("n:"), and a short reply a digest of 8 letters that still never counts. Equal inputs give
+equal digests, so the detector sees equal and different exactly as before. The script
+checks that the findings (kind, calls with their stand-ins, count, indices) are the same
+on the originals and the stand-ins at every threshold from 2 to 10, that no two different
+strings share a digest, and fails otherwise.
 """
 
 from __future__ import annotations
@@ -42,6 +48,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from detectors.agent_history import canonical_arguments
 from detectors.agent_loops import (
     Event,
+    LoopCall,
     LoopConfig,
     Reply,
     Step,
@@ -52,12 +59,14 @@ from detectors.agent_loops import (
     result_text,
 )
 
+#: The license field of a source that states none: its records keep nothing verbatim.
+UNLICENSED = "none stated"
 SOURCES = {
     "swe-agent": ("princeton-nlp/SWE-agent", "0772c99c", "MIT"),
     "mini-swe-agent": ("SWE-agent/mini-swe-agent", "a83fcae82d2a08f0ee0c688f9d137b3566c097f8",
                        "MIT"),
     "agent-evals": ("lgonzalez876/AgentEvals", "ecef80342d0715974fdb935968163b3e6e5cc81d",
-                    "none stated"),
+                    UNLICENSED),
 }
 
 
@@ -83,24 +92,48 @@ def result_stand_in(result: object) -> str | None:
     return "r:" + hashlib.sha256(mask_volatile(text).encode()).hexdigest()[:12]
 
 
-def reply_stand_in(text: str) -> str:
-    """Letters only, so normalization keeps it as it is; short texts stay themselves."""
+def _letters(text: str, n: int) -> str:
+    """``n`` letters of a digest of ``text``: normalization keeps them as they are."""
+    return "".join("abcdefghijklmnop"[int(c, 16)]
+                   for c in hashlib.sha256(text.encode()).hexdigest()[:n])
+
+
+def reply_stand_in(text: str, digest_short: bool) -> str:
+    """A digest of the normalized text; a short text (it never counts) stays itself, or
+    with ``digest_short`` becomes 8 letters, still too short to count."""
     norm = normalize_text(text)
     if len(norm) < LoopConfig().text_min_chars:
-        return norm
-    digest = hashlib.sha256(norm.encode()).hexdigest()[:16]
-    return "".join("abcdefghijklmnop"[int(c, 16)] for c in digest)
+        return _letters(norm, 8) if digest_short else norm
+    return _letters(norm, 16)
 
 
-def encode(events: list[Event]) -> list[list[Any]]:
+def argument_stand_in(arguments: str) -> str:
+    """A digest of the canonical arguments: equal exactly when the arguments are."""
+    return "a:" + hashlib.sha256(arguments.encode()).hexdigest()[:12]
+
+
+_TOOL_NAME = re.compile(r"[A-Za-z_][\w.-]{0,63}|\(unlogged\)")
+
+
+def name_stand_in(name: str) -> str:
+    """A tool name as it is when it is a plain identifier, else a digest of it."""
+    if _TOOL_NAME.fullmatch(name):
+        return name
+    return "n:" + hashlib.sha256(name.encode()).hexdigest()[:12]
+
+
+def encode(events: list[Event], verbatim: bool) -> list[list[Any]]:
     """Events as compact JSON arrays, with stand-ins: ``["c", index, name, arguments,
-    result]``, ``["r", index, text]``, ``["u", index]``."""
+    result]``, ``["r", index, text]``, ``["u", index]``. Without ``verbatim``, names,
+    arguments and short replies are digests too."""
     out: list[list[Any]] = []
     for e in events:
         if isinstance(e, Step):
-            out.append(["c", e.index, e.name, e.arguments, result_stand_in(e.result)])
+            name, arguments = (e.name, e.arguments) if verbatim else \
+                (name_stand_in(e.name), argument_stand_in(e.arguments))
+            out.append(["c", e.index, name, arguments, result_stand_in(e.result)])
         elif isinstance(e, Reply):
-            out.append(["r", e.index, reply_stand_in(e.text)])
+            out.append(["r", e.index, reply_stand_in(e.text, not verbatim)])
         else:
             out.append(["u", e.index])
     return out
@@ -119,14 +152,37 @@ def decode(records: list[list[Any]]) -> list[Event]:
     return events
 
 
-def findings_at_all_thresholds(events: list[Event]) -> list[tuple[Any, ...]]:
-    """Findings at every threshold 2..10, without excerpts (they are what stand-ins hide)."""
+def findings_at_all_thresholds(events: list[Event], digest_calls: bool = False,
+                               ) -> list[tuple[Any, ...]]:
+    """Findings at every threshold 2..10, without excerpts (they are what stand-ins hide);
+    with ``digest_calls``, the calls they name as their stand-ins."""
     out = []
     for k in range(2, 11):
         config = LoopConfig(repeat_min=k, cycle_min=k, text_min=k, window=max(64, 3 * k))
-        out.append(tuple((f.kind, f.calls, f.count, f.indices)
-                         for f in check(events, config)))
+        out.append(tuple(
+            (f.kind, tuple(LoopCall(name_stand_in(c.name), argument_stand_in(c.arguments))
+                           for c in f.calls) if digest_calls else f.calls, f.count, f.indices)
+            for f in check(events, config)))
     return out
+
+
+def check_digests_unique(records: list[dict[str, Any]], originals: list[list[Event]]) -> None:
+    """Fail if two different names, arguments or long replies share a digest (short
+    replies never count, whatever their digest)."""
+    seen: dict[str, str] = {}
+    for rec, events in zip(records, originals, strict=True):
+        if rec["source"]["license"] != UNLICENSED:
+            continue
+        for event, row in zip(events, rec["events"], strict=True):
+            if isinstance(event, Step):
+                pairs = [(event.name, row[2]), (event.arguments, row[3])]
+            elif isinstance(event, Reply) and len(row[2]) == 16:
+                pairs = [(normalize_text(event.text), row[2])]
+            else:
+                pairs = []
+            for original, digest in pairs:
+                if seen.setdefault(digest, original) != original:
+                    raise SystemExit(f"{rec['id']}: two strings share the digest {digest}")
 
 
 # -- readers ---------------------------------------------------------------------------------
@@ -243,6 +299,7 @@ LABELS = json.loads((Path(__file__).resolve().parent / "agent-trajectory-labels.
 def records(args: argparse.Namespace) -> list[dict[str, Any]]:
     """Every record, in a stable order."""
     out: list[dict[str, Any]] = []
+    originals: list[list[Event]] = []
     seen: set[str] = set()
 
     def add(key: str, rid: str, path: str, events: list[Event], **meta: Any) -> None:
@@ -250,9 +307,12 @@ def records(args: argparse.Namespace) -> list[dict[str, Any]]:
                     "agent-evals": args.agent_evals}[key]
         name, commit, license_ = SOURCES[key]
         label = LABELS[rid]
-        encoded = encode(events)
-        if findings_at_all_thresholds(events) != findings_at_all_thresholds(decode(encoded)):
+        verbatim = license_ != UNLICENSED
+        encoded = encode(events, verbatim)
+        if findings_at_all_thresholds(events, not verbatim) != \
+                findings_at_all_thresholds(decode(encoded)):
             raise SystemExit(f"{rid}: the stand-ins change the findings")
+        originals.append(events)
         out.append({"id": rid, "source": {"repository": name, "path": path,
                                           "commit": resolve(repo_dir, commit),
                                           "license": license_},
@@ -291,6 +351,7 @@ def records(args: argparse.Namespace) -> list[dict[str, Any]]:
         add("agent-evals", rid, path, agent_evals_events(text), agent="AgentEvals harness",
             outcome=(outcome.group(1).strip() if outcome else "none logged")
             + ("; hit the 100-step recursion limit" if "EVALUATION TIMEOUT" in text else ""))
+    check_digests_unique(out, originals)
     return out
 
 

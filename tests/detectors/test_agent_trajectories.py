@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
 
 from benchmarks.agent_loops import config_for, load, trailing
-from detectors.agent_loops import KINDS, Event, LoopConfig, Step, UserTurn, check
+from detectors.agent_loops import KINDS, Event, LoopConfig, Reply, Step, UserTurn, check
 
 
 @pytest.fixture(scope="module")
@@ -31,6 +32,29 @@ def test_set_composition(records: list[dict[str, Any]]) -> None:
     labels = [r["label"] for r in records]
     assert (labels.count("loop"), labels.count("healthy"), labels.count("no-loop")) == \
         (18, 84, 26)
+
+
+_ARGUMENT = re.compile(r"a:[0-9a-f]{12}")
+_RESULT = re.compile(r"r:[0-9a-f]{12}")
+_TEXT = re.compile(r"[a-p]{8}|[a-p]{16}")
+_NAME = re.compile(r"[A-Za-z_][\w.-]{0,31}|\(unlogged\)|n:[0-9a-f]{12}")
+
+
+def test_unlicensed_records_hold_digests_only(records: list[dict[str, Any]]) -> None:
+    """The records of a source with no license keep nothing verbatim: every argument,
+    result and reply text is a digest (none longer than one), and a tool name is a plain
+    identifier or a digest."""
+    unlicensed = [r for r in records if r["source"]["license"] == "none stated"]
+    assert len(unlicensed) == 106
+    for rec in unlicensed:
+        for event in rec["history"]:
+            if isinstance(event, Step):
+                assert _ARGUMENT.fullmatch(event.arguments), (rec["id"], event.index)
+                assert event.result is None or _RESULT.fullmatch(str(event.result)), \
+                    (rec["id"], event.index)
+                assert _NAME.fullmatch(event.name), (rec["id"], event.index)
+            elif isinstance(event, Reply):
+                assert _TEXT.fullmatch(event.text), (rec["id"], event.index)
 
 
 def identical_run(history: list[Event], end: int) -> int:
