@@ -18,9 +18,13 @@
 #    E2E_AGENTS_BASELINE_TIMEOUT): the before figures. --full-prompts runs the agents as
 #    they come (their own system prompts, tools and context); by default they run with the
 #    options that leave those out, so the CPU build's prefill stays within CI time.
-#    --baseline also runs each agent against its tool-call loop model (the same tool call on
-#    every turn, issue 39) without the sidecar, until the agent stops or the time bound:
-#    turns, tokens, seconds and the agent's own guard. --only-tool-loops runs only that.
+#    Each agent also runs against its tool-call loop model (the same tool call on every
+#    turn, issue 39) through a sidecar with agent_loops = "nudge", then "refuse" (each run
+#    bounded by E2E_AGENTS_LOOP_TIMEOUT and, for nudge, 3 turns after the loop is seen):
+#    the loop seen at turn K, the note in vLLM's request log, the refusal in the agent's
+#    output. --baseline also runs each one there without the sidecar, until the agent
+#    stops or the time bound: turns, tokens, seconds and the agent's own guard.
+#    --only-tool-loops runs only the tool-call loop runs.
 #    --agents claude,codex,qwen picks some. --setup-only stops after steps 1 and 2.
 # Everything it starts is stopped on exit, on error and on Ctrl-C. Bounded in time overall.
 #
@@ -31,6 +35,7 @@
 #   E2E_AGENTS_TIMEOUT            overall limit in seconds (default 3600)
 #   E2E_AGENTS_RUN_TIMEOUT        limit for one agent run, seconds (default 600)
 #   E2E_AGENTS_BASELINE_TIMEOUT   limit for one --baseline run, seconds (default 300)
+#   E2E_AGENTS_LOOP_TIMEOUT       limit for one tool-call loop run via a sidecar (default 90)
 #   E2E_HEALTH_TIMEOUT            limit for vLLM to answer /health, seconds (default 300)
 #   E2E_KEEP_LOGS                 keep the log directory even on success (default 0)
 set -euo pipefail
@@ -53,7 +58,7 @@ while (($#)); do
     --only-tool-loops) DRIVER_ARGS+=(--only-tool-loops) ;;
     --full-prompts) DRIVER_ARGS+=(--prompts full) ;;
     --agents) shift; DRIVER_ARGS+=(--agents "$1") ;;
-    -h|--help) sed -n '2,35p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,40p' "$0"; exit 0 ;;
     *) echo "e2e-agents: unknown argument $1" >&2; exit 2 ;;
   esac
   shift
@@ -116,6 +121,7 @@ timeout -s TERM -k 60 "$(( ${E2E_AGENTS_TIMEOUT:-3600} + 60 ))" \
     --timeout "${E2E_AGENTS_TIMEOUT:-3600}" \
     --agent-timeout "${E2E_AGENTS_RUN_TIMEOUT:-600}" \
     --baseline-timeout "${E2E_AGENTS_BASELINE_TIMEOUT:-300}" \
+    --loop-timeout "${E2E_AGENTS_LOOP_TIMEOUT:-90}" \
     --health-timeout "${E2E_HEALTH_TIMEOUT:-300}" "${DRIVER_ARGS[@]}" || rc=$?
 if ((rc != 0)); then
   say "FAILED (status $rc); logs kept in $LOGS"

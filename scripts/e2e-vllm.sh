@@ -167,11 +167,12 @@ test_files() {  # test_files KIND...
 
 # Whether any test of these files is selected by the pytest arguments after `--` (say
 # `-k PATTERN`): a batch with none is skipped, rather than starting its servers for pytest
-# to find nothing and exit 5.
+# to find nothing and exit 5. (grep reads all of pytest's output: `grep -q` would leave at
+# the first match, and pytest's SIGPIPE then fails the pipeline under pipefail.)
 selects_tests() {  # selects_tests FILE...
   ((${#PYTEST_ARGS[@]})) || return 0
   (cd "$ROOT" && "$PROJECT_PY" -m pytest -m vllm -n 0 --collect-only -q "$@" \
-    "${PYTEST_ARGS[@]}" 2>/dev/null | grep -q '::')
+    "${PYTEST_ARGS[@]}" 2>/dev/null | grep -c '::' >/dev/null)
 }
 
 MATCHED=0

@@ -16,7 +16,13 @@ throwaway HOME, against a real vLLM server (CPU build) running the tiny scripted
 2. ``--baseline``: the looping model without the sidecar, bounded in time: what the user
    gets without it (the before figures);
 3. the healthy model, directly and through a sidecar: the agent's output is the same, and
-   the sidecar cut nothing.
+   the sidecar cut nothing;
+4. the tool-call loop models (issue 39; first, when ``--agent-models`` is given): each
+   agent through a sidecar with ``agent_loops = "nudge"``, then ``"refuse"``: the loop is
+   seen on the request that carries the K-th identical call, the note is in that request's
+   body in vLLM's request log and in no other, and on ``refuse`` the agent stops with the
+   sidecar's message in its output (``Driver.tool_loop_sidecar``); with ``--baseline``,
+   first without the sidecar.
 
 One vLLM server per model, one after the other (the agents share it). Every agent runs
 under ``strace`` (connect and send calls only) and the run fails if it reached any address
@@ -81,6 +87,36 @@ log_format = "json"
 ladder = ["no-think", "salvage"]
 max_attempts = 3
 """
+
+#: The sidecar's config for the tool-call loop runs (issue 39): the agent-loop action,
+#: and a lower ``repeat_min`` where the agent's own guard fires before the default (6).
+TOOL_LOOP_CONFIG = """\
+# [e2e-agents] tool-call loops: the agent-loop action under test.
+mode = "enforce"
+log_format = "json"
+agent_loops = "{action}"
+[agent_loop_detector]
+repeat_min = {repeat_min}
+"""
+#: The sidecar's threshold per agent: Qwen Code halts by itself after its 5th identical
+#: call, before the default 6, so its runs use 3 (and report which guard fired first).
+REPEAT_MIN = {"claude": 6, "codex": 6, "qwen": 3}
+#: How every nudge note begins (sidecar.core.agent_loops.NOTE_MARK).
+NOTE_MARK = "[runaway-sidecar: agent loop]"
+#: How every refusal begins (sidecar.core.agent_loops.refusal_text).
+REFUSAL = "runaway-sidecar stopped an agent loop"
+#: vLLM's logging with its request logger at DEBUG (``--enable-log-requests``): each
+#: request's body and rendered prompt go to vLLM's log, where the nudge note is seen as
+#: the upstream got it. Only the tool-call loop servers log so (their prompts are short).
+VLLM_REQUEST_LOGGING = {
+    "version": 1, "disable_existing_loggers": False,
+    "formatters": {"vllm": {"()": "vllm.logging_utils.NewLineFormatter",
+                            "format": "%(levelname)s %(asctime)s %(name)s %(message)s"}},
+    "handlers": {"vllm": {"class": "logging.StreamHandler", "formatter": "vllm",
+                          "level": "DEBUG", "stream": "ext://sys.stdout"}},
+    "loggers": {"vllm": {"handlers": ["vllm"], "level": "INFO", "propagate": False},
+                "vllm.entrypoints.serve.utils.request_logger": {"level": "DEBUG"}},
+}
 
 T0 = time.monotonic()
 
@@ -334,11 +370,12 @@ def non_loopback(strace_log: Path) -> list[str]:
 
 def sidecar_log_since(log: Path, offset: int) -> dict[str, Any]:
     """What the sidecar logged after byte ``offset``: its access lines (path, route,
-    outcome), runaways and runaway-memory hits."""
+    outcome), runaways, runaway-memory hits and agent loops (with the number of the
+    request they came with)."""
     with log.open("rb") as fh:
         fh.seek(offset)
         lines = fh.read().decode("utf-8", "replace").splitlines()
-    access, runaways, memory_hits = [], 0, 0
+    access, runaways, memory_hits, agent_loops = [], 0, 0, []
     for line in lines:
         try:
             event = json.loads(line)
@@ -351,7 +388,13 @@ def sidecar_log_since(log: Path, offset: int) -> dict[str, Any]:
             runaways += 1
         elif kind == "runaway_memory_hit":
             memory_hits += 1
-    return {"access": access, "runaways": runaways, "memory_hits": memory_hits}
+        elif kind == "agent_loop":
+            # The request it came with: the access lines logged before it, plus this one.
+            agent_loops.append({"request": len(access) + 1,
+                                **{k: event.get(k) for k in ("kind", "action", "reason",
+                                                             "calls", "count")}})
+    return {"access": access, "runaways": runaways, "memory_hits": memory_hits,
+            "agent_loops": agent_loops}
 
 
 def vllm_requests_since(log: Path, offset: int, path: str) -> int:
@@ -360,6 +403,15 @@ def vllm_requests_since(log: Path, offset: int, path: str) -> int:
         fh.seek(offset)
         text = fh.read().decode("utf-8", "replace")
     return len(re.findall(rf'"POST {re.escape(path)}[?" ]', text))
+
+
+def vllm_logged_bodies(log: Path, offset: int) -> list[str]:
+    """The request bodies vLLM's request logger wrote after byte ``offset`` (its
+    ``JSON body`` lines; see ``VLLM_REQUEST_LOGGING``), one per request."""
+    with log.open("rb") as fh:
+        fh.seek(offset)
+        text = fh.read().decode("utf-8", "replace")
+    return [line for line in text.splitlines() if " JSON body: " in line]
 
 
 # -- the run -----------------------------------------------------------------------------------
@@ -402,6 +454,8 @@ class Driver:
     agent_models: Path | None = None
     #: Run only the tool-call loop phase (with --baseline: the before figures of issue 39).
     only_tool_loops: bool = False
+    #: The bound of one tool-call loop run through a sidecar, seconds.
+    sidecar_loop_timeout: float = 90.0
 
     @contextlib.contextmanager
     def stage(self, name: str) -> Iterator[None]:
@@ -436,26 +490,37 @@ class Driver:
 
     # -- servers -------------------------------------------------------------------------
 
-    def start_vllm(self, kind: str) -> Node:
-        """Start vLLM serving the model of ``kind`` and wait until it answers."""
+    def start_vllm(self, kind: str, log_requests: bool = False) -> Node:
+        """Start vLLM serving the model of ``kind`` and wait until it answers;
+        ``log_requests``: each request's body and prompt go to its log
+        (``VLLM_REQUEST_LOGGING``)."""
         port = free_port()
         log = self.logs / f"vllm-{kind}.log"
         env = {**os.environ, **VLLM_ENV,
                "PYTHONPATH": str(ROOT / "tests" / "e2e" / "vllm_site")}
+        extra: list[str] = []
+        if log_requests:
+            logging_config = self.logs / "vllm-request-logging.json"
+            logging_config.write_text(json.dumps(VLLM_REQUEST_LOGGING), encoding="utf-8")
+            env["VLLM_LOGGING_CONFIG_PATH"] = str(logging_config)
+            extra = ["--enable-log-requests"]
         proc = self.procs.start(
             [str(self.vllm_python), "-m", "vllm.entrypoints.openai.api_server",
              "--model", str(self.model_dir(kind)), "--served-model-name", f"tiny-{kind}",
-             "--host", "127.0.0.1", "--port", str(port), *VLLM_ARGS], log, env=env)
+             "--host", "127.0.0.1", "--port", str(port), *VLLM_ARGS, *extra], log, env=env)
         url = f"http://127.0.0.1:{port}"
         wait_http(url + "/health", proc, self.health_timeout, f"vLLM ({kind})")
         return Node(kind, f"tiny-{kind}", url, log)
 
-    def start_sidecar(self, node: Node) -> None:
-        """Start a sidecar in front of ``node``'s vLLM (config ``SIDECAR_CONFIG``)."""
-        cfg = self.logs / f"sidecar-{node.kind}.toml"
-        cfg.write_text(SIDECAR_CONFIG, encoding="utf-8")
+    def start_sidecar(self, node: Node, config: str = SIDECAR_CONFIG,
+                      name: str = "") -> subprocess.Popen[bytes]:
+        """Start a sidecar in front of ``node``'s vLLM (config ``SIDECAR_CONFIG`` unless
+        given; ``name`` tells its files apart); it becomes the node's sidecar."""
+        stem = f"sidecar-{node.kind}{'-' + name if name else ''}"
+        cfg = self.logs / f"{stem}.toml"
+        cfg.write_text(config, encoding="utf-8")
         port, mport = free_port(), free_port()
-        log = self.logs / f"sidecar-{node.kind}.log"
+        log = self.logs / f"{stem}.log"
         proc = self.procs.start(
             [sys.executable, "-m", "sidecar", "serve", "--config", str(cfg),
              "--upstream", node.vllm_url, "--listen", f"127.0.0.1:{port}",
@@ -464,16 +529,19 @@ class Driver:
         node.sidecar_metrics = f"http://127.0.0.1:{mport}"
         node.sidecar_log = log
         wait_http(node.sidecar_url + "/v1/models", proc, 60, "the sidecar")
+        return proc
 
     # -- one agent run ---------------------------------------------------------------------
 
     def run_agent(self, agent: Agent, node: Node, *, via: str, timeout: float,
-                  label: str, tools: bool = False) -> dict[str, Any]:
+                  label: str, tools: bool = False,
+                  max_turns: int | None = None) -> dict[str, Any]:
         """Run ``agent`` once against ``node`` (``via`` ``sidecar`` or ``vllm``); return
         its output and figures: ``seconds`` until it exited, ``answer_seconds`` until the
         model's answer first showed in its output (None: never; an agent may go on
-        working after it, Qwen Code's memory extraction for one). The network check runs
-        here: a run that reached any non-loopback address fails."""
+        working after it, Qwen Code's memory extraction for one). ``max_turns``: the
+        agent is stopped (``turn_bound``) once vLLM has served that many of its requests.
+        The network check runs here: a run that reached any non-loopback address fails."""
         base_url = node.sidecar_url if via == "sidecar" else node.vllm_url
         assert base_url is not None
         run_dir = self.logs / label
@@ -503,12 +571,16 @@ class Driver:
             proc = subprocess.Popen(argv, stdout=out, stderr=err, stdin=subprocess.DEVNULL,
                                     env=env, cwd=work, start_new_session=True)
             self.procs.running.append(proc)
-            timed_out = False
+            timed_out = turn_bound = False
             while proc.poll() is None:
                 if answer_seconds is None and answer in stdout.read_bytes():
                     answer_seconds = time.monotonic() - start
                 if time.monotonic() - start > timeout:
                     timed_out = True
+                    break
+                if max_turns is not None and vllm_requests_since(
+                        node.vllm_log, vllm_offset, agent.path) >= max_turns:
+                    turn_bound = True
                     break
                 time.sleep(0.1)
             seconds = time.monotonic() - start
@@ -521,17 +593,20 @@ class Driver:
             "run": label, "agent": agent.name, "version": agent.version, "model": node.model,
             "via": via, "prompts": self.prompts, "seconds": round(seconds, 2),
             "answer_seconds": None if answer_seconds is None else round(answer_seconds, 2),
-            "timed_out": timed_out, "exit_status": proc.returncode,
+            "timed_out": timed_out, "turn_bound": turn_bound, "exit_status": proc.returncode,
             "generation_tokens": after.generated - before.generated,
             "prompt_tokens": after.prompt - before.prompt,
             "vllm_requests": vllm_requests_since(node.vllm_log, vllm_offset, agent.path),
             "idle_after_seconds": round(idle_wait, 2),
             "output": text.strip()[-300:],
+            "stderr": stderr.read_text(errors="replace").strip()[-300:],
+            "vllm_offset": vllm_offset,
         }
         if node.sidecar_log is not None and via == "sidecar":
             logged = sidecar_log_since(node.sidecar_log, sidecar_offset)
             result |= {"sidecar_requests": len(logged["access"]),
                        "sidecar_access": logged["access"], "runaways": logged["runaways"],
+                       "agent_loops": logged["agent_loops"],
                        "memory_hits": logged["memory_hits"],
                        "reissued": after.requests.get((agent.route, "reissued"), 0.0)
                        - before.requests.get((agent.route, "reissued"), 0.0)}
@@ -627,41 +702,105 @@ class Driver:
         """The scripted tool-call loop (issue 39): each agent against its own tiny model,
         which calls the same tool with the same arguments on every turn.
 
-        ``--baseline``: without the sidecar, until the agent stops by itself (its turn
-        limit, its own loop guard) or the time bound (``--baseline-timeout``); the report
-        gets the turns (requests vLLM served), the tokens, the seconds and which guard, if
-        any, the output names. The run through a sidecar (the loop seen at turn K, the
-        nudge in the upstream request log, refuse mode's message in the agent's output)
-        comes with the sidecar's agent-loop action and goes here, per agent, after the
-        baseline."""
-        if not self.baseline:
-            say("tool-call loop: nothing to run without --baseline yet")
-            return
+        ``--baseline``: first without the sidecar, until the agent stops by itself (its
+        turn limit, its own loop guard) or the time bound (``--baseline-timeout``); the
+        report gets the turns (requests vLLM served), the tokens, the seconds and which
+        guard, if any, the output names. Then, always, through a sidecar with
+        ``agent_loops = "nudge"`` and with ``"refuse"`` (``tool_loop_sidecar``)."""
         for agent in self.agents:
             kind = f"agent-{agent.name}"
             with self.stage(f"vLLM start ({kind})"):
-                node = self.start_vllm(kind)
-            label = f"{agent.name}-toolloop-direct"
-            with self.stage(label):
-                try:
-                    got = self.run_agent(agent, node, via="vllm", timeout=self.baseline_timeout,
-                                         label=label, tools=True)
-                except Failed as exc:
-                    self.check(False, str(exc))
-                else:
-                    text = (self.logs / label / "stdout.txt").read_text(errors="replace") + \
-                        (self.logs / label / "stderr.txt").read_text(errors="replace")
-                    guard = next((name for name, pattern in GUARDS.items()
-                                  if re.search(pattern, text)), None)
-                    self.report(run=label + "-summary", agent=agent.name, turns=got[
-                        "vllm_requests"], seconds=got["seconds"], timed_out=got["timed_out"],
+                node = self.start_vllm(kind, log_requests=True)
+            if self.baseline:
+                self.tool_loop_direct(agent, node)
+            for action in ("nudge", "refuse"):
+                with self.stage(f"{agent.name}-toolloop-{action}"):
+                    try:
+                        self.tool_loop_sidecar(agent, node, action)
+                    except Failed as exc:
+                        self.check(False, str(exc))
+            with self.stage(f"vLLM stop ({kind})"):
+                self.procs.stop_all()
+
+    def tool_loop_direct(self, agent: Agent, node: Node) -> None:
+        """The baseline: the agent on its loop model without the sidecar."""
+        label = f"{agent.name}-toolloop-direct"
+        with self.stage(label):
+            try:
+                got = self.run_agent(agent, node, via="vllm", timeout=self.baseline_timeout,
+                                     label=label, tools=True)
+            except Failed as exc:
+                self.check(False, str(exc))
+                return
+            guard = self.guard(label)
+            self.report(run=label + "-summary", agent=agent.name, turns=got["vllm_requests"],
+                        seconds=got["seconds"], timed_out=got["timed_out"],
                         exit_status=got["exit_status"], guard=guard,
                         prompt_tokens=got["prompt_tokens"],
                         generation_tokens=got["generation_tokens"])
-                    say(f"{label}: {got['vllm_requests']} turns in {got['seconds']:.0f}s, "
-                        f"guard {guard}, timed out {got['timed_out']}")
-            with self.stage(f"vLLM stop ({kind})"):
-                self.procs.stop_all()
+            say(f"{label}: {got['vllm_requests']} turns in {got['seconds']:.0f}s, "
+                f"guard {guard}, timed out {got['timed_out']}")
+
+    def guard(self, label: str) -> str | None:
+        """The agent's own guard that the run's output names, if any (``GUARDS``)."""
+        text = (self.logs / label / "stdout.txt").read_text(errors="replace") + \
+            (self.logs / label / "stderr.txt").read_text(errors="replace")
+        return next((name for name, pattern in GUARDS.items() if re.search(pattern, text)),
+                    None)
+
+    def tool_loop_sidecar(self, agent: Agent, node: Node, action: str) -> None:
+        """The agent on its loop model through a sidecar with ``agent_loops = action``
+        (threshold ``REPEAT_MIN``: K). Checked: the sidecar logs the loop once, on the
+        request that carries the K-th identical call (turn K+1); ``nudge``: vLLM's
+        request log shows the note in that request's body and in no other, and the agent
+        goes on (stopped at turn K+3, or by its own guard); ``refuse``: nothing more goes
+        upstream and the agent exits with the sidecar's message in its output."""
+        k = REPEAT_MIN[agent.name]
+        label = f"{agent.name}-toolloop-{action}"
+        proc = self.start_sidecar(node, TOOL_LOOP_CONFIG.format(action=action, repeat_min=k),
+                                  name=action)
+        try:
+            got = self.run_agent(agent, node, via="sidecar", timeout=self.sidecar_loop_timeout,
+                                 label=label, tools=True,
+                                 max_turns=k + 3 if action == "nudge" else None)
+        finally:
+            self.procs.stop(proc, grace=5.0)
+        assert node.sidecar_log is not None
+        loops = got["agent_loops"]
+        first = loops[0] if loops else None
+        bodies = vllm_logged_bodies(node.vllm_log, got["vllm_offset"])
+        noted = [n + 1 for n, body in enumerate(bodies) if NOTE_MARK in body]
+        guard = self.guard(label)
+        output = (self.logs / label / "stdout.txt").read_text(errors="replace") + \
+            (self.logs / label / "stderr.txt").read_text(errors="replace")
+        refused = REFUSAL in output
+        self.report(run=label + "-summary", agent=agent.name, action=action, repeat_min=k,
+                    first_seen=first, loops=loops, turns=got["vllm_requests"],
+                    sidecar_requests=got["sidecar_requests"], vllm_bodies_logged=len(bodies),
+                    note_in_vllm_request=noted, seconds=got["seconds"],
+                    timed_out=got["timed_out"], turn_bound=got["turn_bound"],
+                    exit_status=got["exit_status"], guard=guard, refusal_in_output=refused)
+        say(f"{label}: loop first seen at request {first and first['request']} "
+            f"({first and first['action']}, count {first and first['count']}); vLLM served "
+            f"{got['vllm_requests']}, note in vLLM request(s) {noted}; guard {guard}; "
+            f"refusal in output {refused}; {got['seconds']:.1f}s")
+        self.check(first is not None and first["request"] == k + 1 and first["count"] == k
+                   and first["action"] == action,
+                   f"{label}: the loop was not seen at turn {k + 1} with {action}: {loops}")
+        if action == "nudge":
+            self.check(noted == [k + 1] and len(bodies) == got["vllm_requests"],
+                       f"{label}: the note is in vLLM request(s) {noted} of {len(bodies)} "
+                       f"logged, not in request {k + 1} alone")
+            self.check(all(loop["action"] == "passed" for loop in loops[1:]),
+                       f"{label}: more than one nudge in the episode: {loops}")
+            self.check(got["vllm_requests"] > k + 1,
+                       f"{label}: the agent did not go on after the nudge")
+        else:
+            self.check(got["vllm_requests"] == k and not noted,
+                       f"{label}: vLLM served {got['vllm_requests']} requests, not {k}")
+            self.check(not got["timed_out"], f"{label}: the agent did not stop on the refusal")
+            self.check(refused, f"{label}: the sidecar's message is not in the output: "
+                       f"{got['output'][-200:]!r} {got['stderr'][-200:]!r}")
 
     def run(self) -> int:
         """The phases; then the request-count check and the summary."""
@@ -709,6 +848,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--baseline", action="store_true")
     parser.add_argument("--agent-timeout", type=float, default=600)
     parser.add_argument("--baseline-timeout", type=float, default=300)
+    parser.add_argument("--loop-timeout", type=float, default=90,
+                        help="limit for one tool-call loop run through a sidecar, seconds")
     parser.add_argument("--health-timeout", type=float, default=300)
     parser.add_argument("--timeout", type=float, default=3600, help="overall limit, seconds")
     args = parser.parse_args(argv)
@@ -724,7 +865,8 @@ def main(argv: list[str] | None = None) -> int:
         agents_dir=args.agents_dir, agents=[AGENTS[a] for a in args.agents.split(",") if a],
         prompts=args.prompts, baseline=args.baseline, agent_timeout=args.agent_timeout,
         baseline_timeout=args.baseline_timeout, health_timeout=args.health_timeout,
-        agent_models=args.agent_models, only_tool_loops=args.only_tool_loops)
+        agent_models=args.agent_models, only_tool_loops=args.only_tool_loops,
+        sidecar_loop_timeout=args.loop_timeout)
     return driver.run()
 
 
