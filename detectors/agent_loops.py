@@ -22,8 +22,8 @@ The history is a sequence of events, oldest first:
 A call whose result changes is polling, not a loop: a run of calls only continues while
 the result is the same. Results are compared by hash, never pairwise; a result is hashed
 only when its call matches the call after it, and compared a second time with durations,
-clock times and dates masked (a test run that prints "in 0.31s" each time) only when the
-plain hashes differ. User turns do not end a run: harnesses inject user-role messages
+clock times, dates and Codex's chunk ids masked (a test run that prints "in 0.31s" each
+time) only when the plain hashes differ. User turns do not end a run: harnesses inject user-role messages
 between iterations (plan reminders, "continue"), and a call repeated across them with the
 same result is the same loop. Text-only replies between calls do not end it either
 (harnesses that plan in text between calls); a history whose last assistant turn is a
@@ -126,13 +126,16 @@ class LoopConfig:
 _VOLATILE = re.compile(
     r"\d{4}-\d\d-\d\d[T ]?|\d{1,2}:\d\d(?::\d\d)?(?:[.,]\d+)?"
     r"|\d+(?:\.\d+)?\s?(?:ms|us|µs|ns|s|sec|secs|seconds?|m|min|minutes?|h)\b"
+    # Codex CLI heads every exec_command result with a fresh random chunk id.
+    r"|\bChunk ID: [0-9a-f]+\b"
 )
 _NON_WORD = re.compile(r"[\W_]+")
 _DIGITS = re.compile(r"\d+")
 
 
 def mask_volatile(text: str) -> str:
-    """``text`` with durations, clock times and dates masked (the second comparison)."""
+    """``text`` with durations, clock times, dates and Codex's ``Chunk ID`` masked (the
+    second comparison)."""
     return _VOLATILE.sub("\x00", text)
 
 

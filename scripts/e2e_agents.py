@@ -115,7 +115,11 @@ VLLM_REQUEST_LOGGING = {
     "handlers": {"vllm": {"class": "logging.StreamHandler", "formatter": "vllm",
                           "level": "DEBUG", "stream": "ext://sys.stdout"}},
     "loggers": {"vllm": {"handlers": ["vllm"], "level": "INFO", "propagate": False},
-                "vllm.entrypoints.serve.utils.request_logger": {"level": "DEBUG"}},
+                "vllm.entrypoints.serve.utils.request_logger": {"level": "DEBUG"},
+                # vLLM hands this file to uvicorn too: its access log counts the turns.
+                "uvicorn": {"handlers": ["vllm"], "level": "INFO", "propagate": False},
+                "uvicorn.access": {"handlers": ["vllm"], "level": "INFO",
+                                   "propagate": False}},
 }
 
 T0 = time.monotonic()
@@ -584,6 +588,11 @@ class Driver:
                     break
                 time.sleep(0.1)
             seconds = time.monotonic() - start
+            if turn_bound:
+                # At once: the agents make several turns a second here, and strace leaves
+                # them running for the grace period when it gets a SIGTERM.
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(proc.pid, signal.SIGKILL)
             self.procs.stop(proc, grace=5.0)
         if answer_seconds is None and answer in stdout.read_bytes():
             answer_seconds = seconds

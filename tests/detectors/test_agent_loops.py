@@ -93,6 +93,21 @@ def test_volatile_timings_are_masked() -> None:
     assert (found.kind, found.count) == ("repeat", 5)
 
 
+#: Codex CLI 0.171.0's exec_command output, as its model gets it (scripts/e2e-agents.sh,
+#: the tool-call loop run): a fresh random chunk id heads every result.
+CODEX_OUTPUT = ("Chunk ID: {chunk}\nWall time: 0.0000 seconds\nProcess exited with code 0\n"
+                "Original token count: 48\nOutput:\n1:def parse_rows(rows):\n")
+
+
+def test_codex_chunk_ids_are_masked() -> None:
+    """Codex's exec_command results that differ only by their chunk id are the same."""
+    calls = [("exec_command", '{"cmd":"grep -n rows parse_rows.py"}',
+              CODEX_OUTPUT.format(chunk=chunk))
+             for chunk in ("cddb5a", "d00123", "d4df68", "0a9f1e", "e7c2b4")]
+    (found,) = check([UserTurn(0), *steps(calls)], CONFIG)
+    assert (found.kind, found.count) == ("repeat", 5)
+
+
 def test_progress_numbers_are_not_masked() -> None:
     """A changing count or percentage is progress, not noise: no loop."""
     calls = [("Bash", '{"command":"wc -l out.txt"}', f"{100 + i} out.txt") for i in range(6)]
