@@ -23,13 +23,14 @@ A call whose result changes is polling, not a loop: a run of calls only continue
 the result is the same. Results are compared by hash, never pairwise; a result is hashed
 only when its call matches the call after it, and compared a second time with durations,
 clock times, dates and Codex's chunk ids masked (a test run that prints "in 0.31s" each
-time) only when the plain hashes differ. User turns do not end a run: harnesses inject user-role messages
-between iterations (plan reminders, "continue"), and a call repeated across them with the
-same result is the same loop. Text-only replies between calls do not end it either
-(harnesses that plan in text between calls); a history whose last assistant turn is a
-text-only reply has no tool-call run (the agent ended its turn). Work is bounded by the
-history's trailing ``window`` assistant events (the extractors stop reading there),
-whatever the length of the history: ``benchmarks/agent_loops.py cost`` measures it.
+time) only when the plain hashes differ. User turns do not end a run: harnesses inject
+user-role messages between iterations (plan reminders, "continue"), and a call repeated
+across them with the same result is the same loop. Text-only replies between calls do
+not end it either (harnesses that plan in text between calls); a history whose last
+assistant turn is a text-only reply has no tool-call run (the agent ended its turn).
+Work is bounded by the history's trailing ``window`` assistant events (the extractors stop
+reading there), whatever the length of the history: ``benchmarks/agent_loops.py cost``
+measures it.
 """
 
 from __future__ import annotations
