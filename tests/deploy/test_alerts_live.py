@@ -60,7 +60,17 @@ EMPTY_WITHOUT = {
     "runaway_sidecar_upstream_retries_total": "an upstream that closes idle keep-alive "
                                               "connections before upstream_keepalive_seconds",
     "runaway_sidecar_client_disconnects_total": "clients that leave before the response ends",
+    "runaway_sidecar_agent_loops_total": "agent requests whose history repeats one tool call "
+                                         "with the same result (scripts/e2e-agents.sh)",
 }
+
+
+def _wait_scraped(prom: Prometheus, metric: str, timeout: float) -> None:
+    """Wait until Prometheus holds a sample of ``metric`` (within ``timeout`` seconds)."""
+    deadline = time.time() + timeout
+    while not prom.query(metric):
+        assert time.time() < deadline, f"{metric} not scraped within {timeout} s"
+        time.sleep(0.5)
 
 
 def report(line: str = "") -> None:
@@ -251,6 +261,10 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
             "enable_thinking": False}}, 0.3)
         try:
             time.sleep(5)
+            # The reload counter must have been scraped at 0 first: a series whose first
+            # sample is already 1 shows no increase (Prometheus's first scrape can come
+            # late on a loaded machine).
+            _wait_scraped(prom, "runaway_sidecar_config_reloads_total", 60)
             # An edit of the config file (a comment): the watcher reloads it.
             (work / "sidecar.toml.new").write_text("# edited\n" + config_text)
             os.replace(work / "sidecar.toml.new", config)
