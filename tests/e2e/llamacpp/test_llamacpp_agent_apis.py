@@ -71,11 +71,13 @@ def test_messages_loop_is_cut_and_answered(loop_node, e2e_report) -> None:
 def test_messages_sdk_non_streaming(loop_node) -> None:
     """``messages.create`` without streaming gets one message with the cut thinking and
     the answer, and the X-Runaway headers."""
-    client = anthropic.Anthropic(base_url=loop_node.url("sidecar"), api_key="e2e",
-                                 max_retries=0, timeout=120.0)
-    raw = client.messages.with_raw_response.create(
-        model=loop_node.model, max_tokens=MAX_TOKENS,
-        messages=loop_node.messages("messages-body"))  # type: ignore[arg-type]
+    # Closed when done: a client left to the garbage collector leaves its pooled
+    # connection open, and the ResourceWarning fails whichever test the collection hits.
+    with anthropic.Anthropic(base_url=loop_node.url("sidecar"), api_key="e2e",
+                             max_retries=0, timeout=120.0) as client:
+        raw = client.messages.with_raw_response.create(
+            model=loop_node.model, max_tokens=MAX_TOKENS,
+            messages=loop_node.messages("messages-body"))  # type: ignore[arg-type]
     message = raw.parse()
     assert raw.headers["x-runaway-attempts"] == "2"
     assert [b.type for b in message.content] == ["thinking", "text"]
