@@ -46,7 +46,7 @@ TRACED = ROOT / "benchmarks" / "traced.py"
 #: Configurations this suite can trace (proxies: ``direct`` has none, LiteLLM is not ours).
 KNOWN = ("passthrough", "parsing", "parsing-lean", "off", "shadow", "enforce", "enforce-notext",
          "shadow-record", "enforce-record",
-         "enforce-base", "shadow-base")
+         "enforce-pure", "enforce-base", "shadow-base")
 
 
 def traced(proc: Proc, out: Path) -> Proc:

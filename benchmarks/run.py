@@ -18,6 +18,8 @@ Suites:
   configuration (direct to the simulator, bare pass-through, bare parsing proxy, sidecar
   shadow, sidecar enforce, optionally LiteLLM; ``off``: the sidecar with ``--mode off``,
   its plain pass-through path; ``enforce-notext``: enforce without the text detectors;
+  ``enforce-pure``: enforce on the pure-Python fallback (``RUNAWAY_SIDECAR_PURE=1``),
+  where ``enforce`` runs the compiled build if there is one;
   ``enforce-w2``: enforce with ``--workers 2``, whose busiest process's share of the CPU
   is reported too; ``shadow-record``, ``enforce-record``: with ``[record]`` on (a
   directory of their own); ``parsing-noread``: the parsing floor without aiohttp's per-read
@@ -71,6 +73,7 @@ import aiohttp
 from benchmarks import cpuquota, procs
 from benchmarks.loadgen import APIS, LoadSpec, install_uvloop, run_load
 from benchmarks.procs import Proc, cpu_by_process, cpu_seconds, rss_bytes, running, total_times
+from detectors.native import PURE_ENV
 
 CONFIGS = ("direct", "passthrough", "parsing", "shadow", "enforce")
 #: ``enforce-notext``: enforce with the text detectors switched off (budgets and stall
@@ -101,6 +104,11 @@ def _setup(upstream: Proc, names: list[str], litellm: Path | None,
             record = tempfile.mkdtemp(prefix="bench-record-")
             out.append(procs.sidecar(name, upstream.url, name.removesuffix("-record"),
                                      extra=("--record.dir", record)))
+        elif name == "enforce-pure":
+            # The pure-Python fallback of the same checkout (``detectors.native``).
+            proc = procs.sidecar(name, upstream.url, "enforce")
+            proc.env = {PURE_ENV: "1"}
+            out.append(proc)
         elif name.endswith("-base"):
             assert baseline is not None
             out.append(procs.sidecar(name, upstream.url, name.removesuffix("-base"),

@@ -2,6 +2,10 @@
 
 from importlib.metadata import PackageNotFoundError, version
 
+from detectors.native import select
+
+select()  # before the compiled modules of this package: they may have to run from source
+
 try:
     __version__ = version("runaway-sidecar")
 except PackageNotFoundError:  # running from a source tree that was not installed

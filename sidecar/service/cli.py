@@ -91,6 +91,20 @@ def _type_name(tp: Any) -> str:
     return str(tp).replace("typing.", "").replace("<class '", "").replace("'>", "")
 
 
+class _Version(argparse.Action):
+    """``--version``: the version, and whether the per-event path runs compiled (mypyc) or
+    as pure Python, and why (``detectors.native``); asked only when given."""
+
+    def __init__(self, option_strings: list[str], dest: str, help: str | None = None) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, help=help)
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: object, option_string: str | None = None) -> None:
+        from detectors.native import describe
+
+        parser.exit(message=f"{PROG} {__version__}, {describe()}\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser (exposed for the docs test)."""
     parser = argparse.ArgumentParser(
@@ -98,7 +112,8 @@ def build_parser() -> argparse.ArgumentParser:
         description="A streaming proxy that cuts runaway reasoning in front of vLLM and "
         "splices a thinking-off answer into the same response.",
     )
-    parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
+    parser.add_argument("--version", action=_Version,
+                        help="show the version and which build runs: compiled or pure Python")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
     serve = sub.add_parser("serve", help="run the proxy", description=_SERVE_HELP,

@@ -5,6 +5,7 @@ through the chat API's attempt as the I/O layer makes it, ``WireApi.open``)."""
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 from pathlib import Path
 from typing import Any
@@ -42,7 +43,8 @@ def _strings(state: ChoiceState) -> list[str]:
     """Every string the choice's kept reasoning holds, found by walking what it refers to
     (lists and the sidecar's own objects), whatever their arrangement."""
     found: list[str] = []
-    todo: list[Any] = [getattr(state, name) for name in state.__slots__ if name != "chain"]
+    todo: list[Any] = [getattr(state, f.name) for f in dataclasses.fields(state)
+                       if f.name != "chain"]
     while todo:
         obj = todo.pop()
         if isinstance(obj, str):
