@@ -51,8 +51,13 @@ COMPILED = [
     "sidecar/apis/openai/chunks.py",
     "sidecar/apis/messages/api.py",
     "sidecar/apis/messages/attempt.py",
+    "sidecar/apis/messages/fold.py",
+    "sidecar/apis/messages/splice.py",
+    "sidecar/apis/ollama/attempt.py",
     "sidecar/apis/responses/api.py",
     "sidecar/apis/responses/attempt.py",
+    "sidecar/apis/responses/fold.py",
+    "sidecar/apis/responses/splice.py",
 ]
 #: The name of the shared library that holds the compiled modules.
 GROUP = "runaway_sidecar_native"

@@ -10,8 +10,11 @@ compares the source with itself.
 
 from __future__ import annotations
 
+import importlib
+import inspect
 import json
 import os
+import pkgutil
 import subprocess
 import sys
 from pathlib import Path
@@ -19,6 +22,8 @@ from typing import Any
 
 import pytest
 
+import detectors
+import sidecar
 from detectors.native import PURE_ENV, compiled, describe
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -79,3 +84,27 @@ def test_compiled_and_pure_agree_on_the_loops_and_ambiguous_traces(tmp_path: Pat
 def test_compiled_and_pure_agree_on_the_healthy_traces(tmp_path: Path) -> None:
     """The same for every healthy trace, and the ambiguous ones added for issue 28."""
     _compare(*_run_both(tmp_path, HEALTHY))
+
+
+@needs_compiled
+def test_no_class_from_source_extends_a_compiled_one() -> None:
+    """setup.py compiles every module whose classes extend a compiled class: an
+    interpreted subclass of a compiled class fails when it is instantiated."""
+    def is_compiled(module_name: str) -> bool:
+        return str(getattr(sys.modules[module_name], "__file__", "")).endswith(".so")
+
+    offenders = []
+    for package in (detectors, sidecar):
+        for info in pkgutil.walk_packages(package.__path__, package.__name__ + "."):
+            if info.name.endswith("__main__"):  # runs the CLI when imported
+                continue
+            module = importlib.import_module(info.name)
+            if is_compiled(info.name):
+                continue
+            for _, cls in inspect.getmembers(module, inspect.isclass):
+                if cls.__module__ != info.name:
+                    continue
+                offenders += [(cls.__qualname__, base.__qualname__) for base in cls.__mro__[1:]
+                              if base.__module__ in sys.modules and is_compiled(base.__module__)]
+    assert is_compiled("detectors.chain")
+    assert not offenders

@@ -1,0 +1,160 @@
+"""Machine instructions per chunk: what each proxy executes per SSE event, counted by callgrind.
+
+Run from the repository root (needs valgrind)::
+
+    .venv/bin/python -m benchmarks.instructions [--configs parsing-lean,enforce,enforce-pure]
+        [--api chat|messages|responses] [--streams 4] [--rate 20] [--duration 8]
+        [--baseline DIR] [--top 12]
+
+``benchmarks.opcodes`` counts Python bytecode, which compiled code does not execute: the
+compiled build (mypyc) would look free there. This counts every machine instruction of
+the process in user space (the interpreter's, the extensions', libc's; not the kernel's),
+so it compares the compiled build, the pure-Python fallback and the floor alike. Each
+proxy runs under ``valgrind --tool=callgrind``; after a warm-up load,
+``callgrind_control --zero`` starts the count, a paced load runs, and ``callgrind_control
+--dump`` takes it; the count is divided by the chunks the clients received. The count is
+nearly the same from run to run (the event loop's idle turns and the timers move it a
+little), where CPU time on this shared machine moves 10 to 20 %.
+
+Callgrind makes a proxy 50 to 100 times slower, so the load is small (4 streams at 20
+tokens per second); each read is still one event, as at 256 x 50 untraced (the table shows
+events per read). The top functions are callgrind's, by symbol: the interpreter's loop
+(``_PyEval_EvalFrameDefault``) for Python code, ``CPyDef_*`` for compiled functions.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from benchmarks import procs
+from benchmarks.loadgen import APIS, LoadResult, LoadSpec, install_uvloop, run_load
+from benchmarks.procs import Proc, running
+from benchmarks.run import _setup
+
+KNOWN = ("passthrough", "parsing", "parsing-lean", "off", "shadow", "enforce", "enforce-notext",
+         "enforce-pure", "enforce-base", "shadow-base")
+#: Seconds a proxy under callgrind may take to start listening (imports run 50x slower).
+_START = 240.0
+
+
+def _dump(proc: Proc, out: Path) -> Path:
+    """Ask callgrind in ``proc`` for its counts since the last zero; the file written."""
+    before = set(out.parent.glob(out.name + "*"))
+    subprocess.run(["callgrind_control", "--dump", str(proc.pid)], check=True,
+                   capture_output=True, timeout=120)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        new = set(out.parent.glob(out.name + "*")) - before
+        if new:
+            time.sleep(0.5)  # let callgrind finish writing it
+            return max(new, key=lambda p: p.stat().st_mtime)
+        time.sleep(0.2)
+    raise RuntimeError(f"{proc.name}: callgrind wrote no dump")
+
+
+def _total(dump: Path) -> int:
+    """The instructions (``Ir``) a callgrind dump holds."""
+    for line in dump.read_text(errors="replace").splitlines():
+        if line.startswith(("summary:", "totals:")):
+            return int(line.split()[1])
+    raise RuntimeError(f"no totals in {dump}")
+
+
+def _top(dump: Path, top: int) -> list[tuple[int, str]]:
+    """The ``top`` functions by instructions, from ``callgrind_annotate``."""
+    text = subprocess.run(["callgrind_annotate", "--inclusive=no", str(dump)], check=True,
+                          capture_output=True, text=True, timeout=120).stdout
+    rows = []
+    for line in text.splitlines():
+        m = re.match(r"\s*([\d,]+)\s+\([^)]*\)\s+(\S.*)", line)
+        if m:
+            rows.append((int(m.group(1).replace(",", "")), m.group(2)))
+    return rows[1:top + 1]  # the first row is the program total
+
+
+async def measure(name: str, sim: Proc, args: argparse.Namespace,
+                  outdir: Path) -> tuple[LoadResult, int, list[tuple[int, str]]]:
+    """One configuration: warm up, count a paced load; the load, instructions, top."""
+    proc = _setup(sim, [name], None, args.baseline)[0]
+    out = outdir / f"{name}.callgrind"
+    proc.cmd = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}",
+                "--dump-instr=no", *proc.cmd]
+    args.logs.mkdir(parents=True, exist_ok=True)
+    proc.start(args.logs, timeout=_START)
+    try:
+        await run_load(LoadSpec(proc.url, args.streams, 3.0, args.rate,
+                                max_tokens=args.max_tokens, api=args.api))
+        subprocess.run(["callgrind_control", "--zero", str(proc.pid)], check=True,  # noqa: ASYNC221 (between loads)
+                       capture_output=True, timeout=120)
+        result = await run_load(LoadSpec(proc.url, args.streams, args.duration, args.rate,
+                                         max_tokens=args.max_tokens, api=args.api))
+        dump = _dump(proc, out)
+        return result, _total(dump), _top(dump, args.top)
+    finally:
+        proc.stop()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0],
+        epilog="Configurations: " + ", ".join(KNOWN) + " ('*-base' need --baseline).")
+    parser.add_argument("--configs", default="parsing-lean,enforce,enforce-pure",
+                        help="comma-separated; the first is what the others are compared "
+                             "with (default parsing-lean,enforce,enforce-pure)")
+    parser.add_argument("--streams", type=int, default=4, help="paced streams (default 4)")
+    parser.add_argument("--duration", type=float, default=8.0,
+                        help="seconds of counted load per configuration (default 8)")
+    parser.add_argument("--rate", type=float, default=20.0,
+                        help="tokens per second of each stream (default 20)")
+    parser.add_argument("--max-tokens", type=int, default=300,
+                        help="tokens per request, as in paced (default 300)")
+    parser.add_argument("--api", choices=APIS, default="chat")
+    parser.add_argument("--top", type=int, default=12,
+                        help="functions listed per configuration (default 12)")
+    parser.add_argument("--baseline", type=Path, metavar="DIR",
+                        help="another checkout: 'enforce-base'/'shadow-base' run its sidecar")
+    parser.add_argument("--logs", type=Path,
+                        default=Path(tempfile.gettempdir()) / "runaway-sidecar-bench")
+    args = parser.parse_args(argv)
+    names = args.configs.split(",")
+    unknown = [n for n in names if n not in KNOWN]
+    if unknown:
+        parser.error(f"unknown configuration {unknown[0]!r} (one of {', '.join(KNOWN)})")
+    if any(n.endswith("-base") for n in names) and args.baseline is None:
+        parser.error("'*-base' configurations need --baseline DIR")
+    if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
+        parser.error("needs valgrind (Debian: apt-get install valgrind)")
+    install_uvloop()
+    outdir = Path(tempfile.mkdtemp(prefix="bench-callgrind-"))
+
+    async def run() -> dict[str, tuple[LoadResult, int, list[tuple[int, str]]]]:
+        sim = procs.simulator("simulator", args.rate)
+        with running([sim], args.logs):
+            return {name: await measure(name, sim, args, outdir) for name in names}
+
+    results = asyncio.run(run())
+    first = names[0]
+    base = results[first][1] / max(1, results[first][0].chunks)
+    print(f"| config | chunks | events/read | errors | instructions per chunk | x {first} |\n"
+          "|---|---|---|---|---|---|")
+    for name, (result, total, _) in results.items():
+        per = total / max(1, result.chunks)
+        print(f"| {name} | {result.chunks} | {result.events_per_read:.2f} | {result.errors} "
+              f"| {per:,.0f} | {per / base:.2f} |")
+    for name, (result, _, rows) in results.items():
+        print(f"\n{name}: the {args.top} functions that execute the most instructions per chunk")
+        for n, func in rows:
+            print(f"  {n / max(1, result.chunks):10,.0f}  {func[:110]}")
+    return 1 if any(r.errors for r, _, _ in results.values()) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
