@@ -41,6 +41,7 @@ COMPILED = [
     "detectors/recurrence.py",
     "detectors/restatement.py",
     "detectors/sentences.py",
+    "detectors/shingles.py",
     "detectors/tokenize.py",
     "sidecar/codecs/sse.py",
     "sidecar/core/attempt.py",
