@@ -155,10 +155,16 @@ class ShingleTable:
         pairs = bytearray(1 << (bits - 1))
         fps = bytearray(1 << bits)
         ring = self._ring
+        # Once full-size, two bytes an entry: a slot, or ``_DROPPED``; written in place
+        # (an iterator or a generator over the old ring would hold one int object per
+        # entry in the compiled build: 40 KiB at once).
+        slots = array("H", bytes(2 * len(ring))) if not less else ring
         # The table is full-size long before the ring wraps (at ``history / 8`` entries
         # against ``history``): the entries here are in insertion order from index 0.
-        for i, entry in enumerate(ring):
+        for i in range(len(ring)):
+            entry = ring[i]
             if entry == _GONE:
+                slots[i] = _DROPPED if not less else _GONE
                 continue
             fp = entry & 0xFF
             slot = entry >> (8 + less)
@@ -167,19 +173,17 @@ class ShingleTable:
             if not c or fps[slot] != fp:
                 slot = _other_slot(pairs, fps, slot, fp)
                 if slot == _DROPPED:
-                    ring[i] = _GONE
+                    slots[i] = _DROPPED if not less else _GONE
                     continue
                 c = (b >> 4) if slot & 1 else (b & 15)
             if c < TOP:
                 pairs[slot >> 1] = b + (16 if slot & 1 else 1)
             if not less:
-                ring[i] = slot
-        self._pairs, self._fps, self._bits = pairs, fps, bits
+                slots[i] = slot
+        self._pairs, self._fps, self._bits, self._ring = pairs, fps, bits, slots
         if not less:
-            # Two bytes an entry from now on: a slot, or ``_DROPPED`` where it was ``_GONE``.
-            # ``reserve`` sizes it from here on: the entries not written yet hold
-            # ``_DROPPED`` (nothing to forget), so the ring fills as it wraps, in one path.
-            self._ring = array("H", (_DROPPED if e == _GONE else e for e in ring))
+            # ``reserve`` sizes the two-byte ring from here on: the entries not written yet
+            # hold ``_DROPPED`` (nothing to forget), so the ring fills as it wraps, in one path.
             self._rpos = len(ring)
 
     def see(self, keys: list[str]) -> bytearray:
