@@ -68,16 +68,19 @@ def _total(dump: Path) -> int:
     raise RuntimeError(f"no totals in {dump}")
 
 
-def _top(dump: Path, top: int) -> list[tuple[int, str]]:
-    """The ``top`` functions by instructions, from ``callgrind_annotate``."""
-    text = subprocess.run(["callgrind_annotate", "--inclusive=no", str(dump)], check=True,
-                          capture_output=True, text=True, timeout=120).stdout
+def _top(dump: Path, total: int, top: int) -> list[tuple[int, str]]:
+    """The ``top`` functions by their own instructions, from ``callgrind_annotate`` (the
+    rows near the total are the call chain's roots, counted with their callees)."""
+    text = subprocess.run(["callgrind_annotate", "--threshold=100", "--auto=no", str(dump)],
+                          check=True, capture_output=True, text=True, timeout=120).stdout
     rows = []
     for line in text.splitlines():
-        m = re.match(r"\s*([\d,]+)\s+\([^)]*\)\s+(\S.*)", line)
-        if m:
-            rows.append((int(m.group(1).replace(",", "")), m.group(2)))
-    return rows[1:top + 1]  # the first row is the program total
+        m = re.match(r"\s*([\d,]+)\s+\([^)]*\)\s+(\S+)", line)
+        if m and m.group(2) != "PROGRAM":
+            n = int(m.group(1).replace(",", ""))
+            if n < 0.99 * total:
+                rows.append((n, m.group(2).rpartition(":")[2]))
+    return rows[:top]
 
 
 async def measure(name: str, sim: Proc, args: argparse.Namespace,
@@ -97,7 +100,8 @@ async def measure(name: str, sim: Proc, args: argparse.Namespace,
         result = await run_load(LoadSpec(proc.url, args.streams, args.duration, args.rate,
                                          max_tokens=args.max_tokens, api=args.api))
         dump = _dump(proc, out)
-        return result, _total(dump), _top(dump, args.top)
+        total = _total(dump)
+        return result, total, _top(dump, total, args.top)
     finally:
         proc.stop()
 
