@@ -112,8 +112,9 @@ def _options() -> dict[str, Any]:
             from mypyc.build import mypycify  # noqa: PLC0415 (only to compile)
 
             modules = mypycify(COMPILED, opt_level="3", debug_level="0", group_name=GROUP)
-        except Exception as exc:  # noqa: BLE001 (any failure: the source still works)
-            reason = f"mypyc failed ({exc})"
+        except (Exception, SystemExit) as exc:  # noqa: BLE001 (the source still works)
+            # mypyc exits (SystemExit) when its type check fails: it has printed why.
+            reason = f"mypyc failed ({exc!r})"
         else:
             return {"ext_modules": modules, "cmdclass": {"build_ext": OptionalBuildExt}}
     print(f"runaway-sidecar: {reason}; installing the pure-Python source", file=sys.stderr)
