@@ -34,7 +34,8 @@ from __future__ import annotations
 from array import array
 from zlib import crc32
 
-_MASK = (1 << 64) - 1
+import numpy as np
+
 _BASE = 0x100000001B3
 _MIX = 0x9E3779B97F4A7C15
 #: Ring entry of a shingle the table had no room for (nothing to forget when it expires).
@@ -89,9 +90,7 @@ class ShingleTable:
         "_last",
         "_maxbits",
         "_pairs",
-        "_pow",
         "_ring",
-        "_rolling",
         "_rpos",
         "_sized",
     )
@@ -116,11 +115,9 @@ class ShingleTable:
         self._sized = False  # the table and the ring have their full sizes: nothing to reserve
         self._filled = 0  # ring entries so far, counted while the table grows
         self._keys = 0  # keys taken so far (the first ``k - 1`` end no shingle)
-        # The hashes of the last ``k`` keys, oldest first (zeros before the stream's first),
-        # and the rolling hash of the last ``k``.
-        self._last = [0] * shingle
-        self._rolling = 0
-        self._pow = pow(_BASE, shingle, 1 << 64)
+        # The hashes of the last ``k - 1`` keys, oldest first (zeros before the stream's
+        # first): the shingles that end at the next keys start there.
+        self._last = [0] * (shingle - 1)
 
     def reserve(self, keys: int) -> None:
         """Make room before a batch of up to ``keys`` more keys: allocate or grow the table
@@ -196,36 +193,41 @@ class ShingleTable:
             return counts
         hashes = [*map(crc32, _SEP.join(keys).lower().encode().split(_SEP_BYTES))]
         k = self._k
-        # ``olds[i]`` is the hash of the key ``k`` before ``hashes[i]``: what leaves the
-        # rolling hash as ``hashes[i]`` enters it.
-        olds = self._last + hashes
-        self._last = olds[-k:]
-        rolling = self._rolling
-        pw = self._pow
-        base, mask, mix = _BASE, _MASK, _MIX
+        n = len(hashes)
+        # The hash of the last ``k`` keys is ``sum(h[i - t] * _BASE**t for t < k)`` modulo
+        # 2**64 (Horner's rule over the window): numpy's uint64 wraps as that modulo does,
+        # a whole batch in ``k`` steps, where Python ints (compiled or not) go past 62 bits
+        # into arbitrary-precision arithmetic on every key. ``olds`` holds the ``k - 1``
+        # keys before the batch (zeros before the stream's first), then the batch.
+        window = self._last + hashes
+        self._last = window[n:]
+        olds = np.array(window, dtype=np.uint64)
+        rolling = olds[0:n].copy()
+        base = np.uint64(_BASE)
+        for t in range(1, k):
+            rolling *= base
+            rolling += olds[t:t + n]
         warm = k - 1 - self._keys
-        self._keys += len(hashes)
+        self._keys += n
         if warm > 0:  # the stream's first keys: no shingle ends there yet
-            for h, old in zip(hashes[:warm], olds, strict=False):
-                rolling = (rolling * base + h - old * pw) & mask
-            hashes, olds = hashes[warm:], olds[warm:]
+            rolling = rolling[warm:]
+        rolling *= np.uint64(_MIX)
+        # ``mixed >> (56 - maxbits)``: the shingle's slot in the full-size table and its
+        # fingerprint, ``slot << 8 | fp`` (small ints from here on).
+        fulls: list[int] = (rolling >> np.uint64(64 - self._maxbits - 8)).tolist()
         pairs = self._pairs
         fps = self._fps
         ring = self._ring
         wrap = (1 << (self._maxbits - 1)) - 1  # ``history`` is a power of two
-        shift = 64 - self._maxbits
-        fshift = shift - 8
         less = self._maxbits - self._bits
-        sshift = shift + less  # the slot in the table as large as it is now
+        slot_shift = 8 + less  # the slot in the table as large as it is now
         rpos = self._rpos
         filled = self._filled
         dropped, top = _DROPPED, TOP
         append = counts.append
-        for h, old in zip(hashes, olds, strict=False):
-            rolling = (rolling * base + h - old * pw) & mask
-            mixed = (rolling * mix) & mask
-            slot = mixed >> sshift
-            fp = (mixed >> fshift) & 0xFF
+        for full in fulls:
+            slot = full >> slot_shift
+            fp = full & 0xFF
             pi = slot >> 1
             b = pairs[pi]
             if not b:
@@ -256,7 +258,7 @@ class ShingleTable:
                     append(c)
             if less:  # the table still grows: the ring keeps full-size slots and fps
                 filled += 1
-                ring.append(mixed >> fshift if slot != dropped else _GONE)
+                ring.append(full if slot != dropped else _GONE)
             else:  # the ring wraps at ``history`` entries (see ``reserve``)
                 o = ring[rpos]
                 ring[rpos] = slot
@@ -269,5 +271,5 @@ class ShingleTable:
                             pairs[po] = b - 16
                     elif b & 15:
                         pairs[po] = b - 1
-        self._rolling, self._rpos, self._filled = rolling, rpos, filled
+        self._rpos, self._filled = rpos, filled
         return counts

@@ -97,3 +97,33 @@ def test_a_full_ring_forgets_the_oldest_shingle() -> None:
     fresh = [f"w{i}" for i in range(history + 10)]
     assert _each(["p", "q", *fresh[:history], "p", "q"], history=history)[-1] == 0
     assert _each(["p", "q", *fresh[: history - 10], "p", "q"], history=history)[-1] == 1
+
+
+def test_a_shingle_goes_where_the_64_bit_rolling_hash_puts_it() -> None:
+    """The batch hashing (numpy, wrapping at 2**64) places every shingle where the rolling
+    hash of the module docstring does, computed key by key with Python ints: the same
+    slots and fingerprints, so the same collisions and verdicts as before it."""
+    from zlib import crc32
+
+    from detectors import shingles
+
+    k, history = 8, 8192
+    rng = random.Random(5)
+    keys = [f"W{rng.randrange(40)}" for _ in range(300)]
+    table = ShingleTable(k, history)
+    for a in range(0, len(keys), 37):
+        table.reserve(37)
+        table.see(keys[a:a + 37])
+    maxbits = (2 * history).bit_length() - 1
+    bits = table._bits  # the table as large as it is now (a slot is its top bits)
+    power = pow(shingles._BASE, k, 1 << 64)
+    rolling, window = 0, [0] * k
+    for i, key in enumerate(keys):
+        h = crc32(key.lower().encode())
+        rolling = (rolling * shingles._BASE + h - window[0] * power) % (1 << 64)
+        window = [*window[1:], h]
+        if i < k - 1:
+            continue
+        mixed = rolling * shingles._MIX % (1 << 64)
+        slot, fp = mixed >> (64 - bits), (mixed >> (56 - maxbits)) & 0xFF
+        assert table._fps[slot] == fp or table._fps[slot ^ 1] == fp, i
