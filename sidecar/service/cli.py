@@ -102,7 +102,10 @@ class _Version(argparse.Action):
                  values: object, option_string: str | None = None) -> None:
         from detectors.native import describe
 
-        parser.exit(message=f"{PROG} {__version__}, {describe()}\n")
+        # On stdout, as argparse's own version action prints it (``parser.exit`` would
+        # write to stderr).
+        print(f"{PROG} {__version__}, {describe()}")
+        parser.exit()
 
 
 def build_parser() -> argparse.ArgumentParser:
