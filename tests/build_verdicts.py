@@ -29,23 +29,11 @@ from detectors.blocks import Blocker
 from detectors.chain import THINKING_ONLY, text_analyzers
 from detectors.native import compiled, describe
 from detectors.replay import replay_record, split_stream
+from tests.detectors.verdict_table import NEAR
 
-#: The default thresholds, and lower ones that many more traces reach (so the comparison
-#: also covers how the evidence builds where nothing fires at the defaults).
-CONFIGS = {
-    "default": DetectorConfig(),
-    "near": DetectorConfig(
-        recurrence_threshold=0.6,
-        recurrence_evidence=1.0,
-        periodic_min_repeats=4,
-        periodic_copy_chars=300,
-        restatement_copies=4,
-        sentences_repeat_chars=600,
-        salad_run_tokens=240,
-        symbol_run_tokens=40,
-        script_mix=3,
-    ),
-}
+#: The default thresholds, and the lower ones the verdict table pins as ``near`` (so the
+#: comparison also covers how the evidence builds where nothing fires at the defaults).
+CONFIGS = {"default": DetectorConfig(), "near": NEAR}
 PIECE = 61
 
 
