@@ -78,8 +78,9 @@ from detectors.native import PURE_ENV
 CONFIGS = ("direct", "passthrough", "parsing", "shadow", "enforce")
 #: ``enforce-notext``: enforce with the text detectors switched off (budgets and stall
 #: stay), to split the sidecar's cost into the watching and the text analysis.
-NO_TEXT = ("--detectors.recurrence-enabled", "false", "--detectors.periodic-enabled", "false",
-           "--detectors.degeneration-enabled", "false")
+NO_TEXT = tuple(arg for name in ("recurrence", "periodic", "restatement", "sentences",
+                                  "degeneration")
+                for arg in (f"--detectors.{name}-enabled", "false"))
 LITELLM_KEY = "sk-bench-" + secrets.token_hex(16)  # LiteLLM refuses to start without one
 
 
