@@ -34,8 +34,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from benchmarks import procs
-from benchmarks.loadgen import APIS, LoadResult, LoadSpec, install_uvloop, run_load
+from benchmarks import counting, procs
+from benchmarks.loadgen import LoadResult, LoadSpec, install_uvloop, run_load
 from benchmarks.procs import Proc, running
 from benchmarks.run import _setup
 
@@ -107,33 +107,11 @@ async def measure(name: str, sim: Proc, args: argparse.Namespace,
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        description=__doc__.split("\n\n")[0],
-        epilog="Configurations: " + ", ".join(KNOWN) + " ('*-base' need --baseline).")
-    parser.add_argument("--configs", default="parsing-lean,enforce,enforce-pure",
-                        help="comma-separated; the first is what the others are compared "
-                             "with (default parsing-lean,enforce,enforce-pure)")
-    parser.add_argument("--streams", type=int, default=4, help="paced streams (default 4)")
-    parser.add_argument("--duration", type=float, default=8.0,
-                        help="seconds of counted load per configuration (default 8)")
-    parser.add_argument("--rate", type=float, default=20.0,
-                        help="tokens per second of each stream (default 20)")
-    parser.add_argument("--max-tokens", type=int, default=300,
-                        help="tokens per request, as in paced (default 300)")
-    parser.add_argument("--api", choices=APIS, default="chat")
-    parser.add_argument("--top", type=int, default=12,
-                        help="functions listed per configuration (default 12)")
-    parser.add_argument("--baseline", type=Path, metavar="DIR",
-                        help="another checkout: 'enforce-base'/'shadow-base' run its sidecar")
-    parser.add_argument("--logs", type=Path,
-                        default=Path(tempfile.gettempdir()) / "runaway-sidecar-bench")
+    parser = counting.parser(__doc__.split("\n\n")[0], KNOWN,
+                             configs="parsing-lean,enforce,enforce-pure", streams=4,
+                             streams_help="paced streams (default 4)", rate=20.0)
     args = parser.parse_args(argv)
-    names = args.configs.split(",")
-    unknown = [n for n in names if n not in KNOWN]
-    if unknown:
-        parser.error(f"unknown configuration {unknown[0]!r} (one of {', '.join(KNOWN)})")
-    if any(n.endswith("-base") for n in names) and args.baseline is None:
-        parser.error("'*-base' configurations need --baseline DIR")
+    names = counting.configurations(parser, args, KNOWN)
     if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
         parser.error("needs valgrind (Debian: apt-get install valgrind)")
     install_uvloop()

@@ -37,8 +37,8 @@ from pathlib import Path
 
 import orjson
 
-from benchmarks import procs
-from benchmarks.loadgen import APIS, LoadResult, LoadSpec, install_uvloop, run_load
+from benchmarks import counting, procs
+from benchmarks.loadgen import LoadResult, LoadSpec, install_uvloop, run_load
 from benchmarks.procs import ROOT, Proc, running
 from benchmarks.run import _setup
 
@@ -110,40 +110,11 @@ def report(results: dict[str, tuple[LoadResult, dict[str, int]]], top: int) -> N
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        description=__doc__.split("\n\n")[0],
-        epilog="Configurations: " + ", ".join(KNOWN) + " ('*-base' need --baseline).")
-    parser.add_argument("--configs", default="parsing,enforce",
-                        help="comma-separated; the first is what the others are compared "
-                             "with (default parsing,enforce)")
-    parser.add_argument("--streams", type=int, default=8,
-                        help="concurrent paced streams (default 8; the tracer is slow)")
-    parser.add_argument("--duration", type=float, default=8.0,
-                        help="seconds of counted load per configuration (default 8)")
-    parser.add_argument("--rate", type=float, default=50.0,
-                        help="tokens per second of each stream (default 50)")
-    parser.add_argument("--max-tokens", type=int, default=300,
-                        help="tokens per request, as in paced (default 300)")
-    parser.add_argument("--api", choices=APIS, default="chat",
-                        help="the wire API of the load: chat (default), messages "
-                        "(/v1/messages) or responses (/v1/responses)")
-    parser.add_argument("--top", type=int, default=12,
-                        help="functions listed per configuration (default 12)")
-    parser.add_argument("--baseline", type=Path, metavar="DIR",
-                        help="another checkout: 'enforce-base'/'shadow-base' run its sidecar")
-    parser.add_argument("--logs", type=Path,
-                        default=Path(tempfile.gettempdir()) / "runaway-sidecar-bench")
+    parser = counting.parser(__doc__.split("\n\n")[0], KNOWN, configs="parsing,enforce",
+                             streams=8, streams_help="concurrent paced streams (default 8; "
+                             "the tracer is slow)", rate=50.0)
     args = parser.parse_args(argv)
-    names = args.configs.split(",")
-    unknown = [n for n in names if n not in KNOWN]
-    if unknown:
-        parser.error(f"unknown configuration {unknown[0]!r} (one of {', '.join(KNOWN)})")
-    if any(n.endswith("-base") for n in names) and args.baseline is None:
-        parser.error("'*-base' configurations need --baseline DIR")
-    if args.streams < 1 or args.duration <= 0 or args.rate <= 0 or args.max_tokens < 1 \
-            or args.top < 0:
-        parser.error("--streams and --max-tokens must be at least 1, --duration and --rate "
-                     "above 0, --top at least 0")
+    names = counting.configurations(parser, args, KNOWN)
     install_uvloop()
 
     async def run() -> dict[str, tuple[LoadResult, dict[str, int]]]:

@@ -4,6 +4,9 @@ CPU time comes from ``/proc/PID/stat`` (Linux): utime + stime of a process (all 
 threads) summed over it and its live descendants, in clock ticks (10 ms; runs are long
 enough that this is under 1 % of the figure). Descendants count because
 ``serve --workers N`` proxies in child processes. No psutil: ``/proc`` says all that is needed.
+
+A sidecar says on stderr, as it starts, which build of the per-event path it runs (see
+:func:`build_of`): a figure is never taken on the wrong build unannounced.
 """
 
 from __future__ import annotations
@@ -18,6 +21,8 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from detectors.native import PURE_ENV, choose, pure_requested
 
 ROOT = Path(__file__).resolve().parent.parent
 PYTHON = sys.executable
@@ -102,6 +107,10 @@ class Proc:
     env: dict[str, str] = field(default_factory=dict)
     cwd: Path = ROOT  # ``python -m`` imports from here first
     popen: subprocess.Popen[bytes] | None = None
+    #: Runs the sidecar package of ``cwd``: :meth:`start` announces its build.
+    sidecar: bool = False
+    #: The build a sidecar runs, as :func:`build_of` found it at :meth:`start`.
+    build: str = ""
 
     @property
     def url(self) -> str:
@@ -113,9 +122,15 @@ class Proc:
         return self.popen.pid
 
     def start(self, log_dir: Path, timeout: float = 60.0) -> None:
-        log = (log_dir / f"{self.name}.log").open("wb")
-        self.popen = subprocess.Popen(self.cmd, cwd=self.cwd, stdout=log, stderr=subprocess.STDOUT,
-                                      env={**os.environ, **self.env})
+        if self.sidecar:
+            self.build, warning = build_of(self)
+            print(f"build: {self.name} runs {self.build}", file=sys.stderr, flush=True)
+            if warning:
+                print(f"WARNING: {warning}", file=sys.stderr, flush=True)
+        # The child writes the log through its own copy of the descriptor.
+        with (log_dir / f"{self.name}.log").open("wb") as log:
+            self.popen = subprocess.Popen(self.cmd, cwd=self.cwd, stdout=log,
+                                          stderr=subprocess.STDOUT, env={**os.environ, **self.env})
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.popen.poll() is not None:
@@ -136,6 +151,32 @@ class Proc:
         except subprocess.TimeoutExpired:
             self.popen.kill()
             self.popen.wait(5)
+
+
+def build_of(proc: Proc) -> tuple[str, str | None]:
+    """Which build the sidecar ``proc`` will run, by the rule ``detectors.native`` applies
+    at import, here applied to ``proc``'s checkout and environment: ``compiled (mypyc)``
+    or ``pure Python (why)``. Second, a warning if ``proc`` is meant to run the compiled
+    build (its own ``env`` does not set ``RUNAWAY_SIDECAR_PURE``, as ``enforce-pure``'s
+    does) but would run the source although a compiled build sits beside it: compiled
+    modules older than their source, or the variable set in this process's environment.
+    (A ``--baseline`` checkout is judged by this checkout's rule.)"""
+    env = {**os.environ, **proc.env}
+    choice = choose(proc.cwd, env)
+    build = f"pure Python ({choice.reason})" if choice.reason else "compiled (mypyc)"
+    if not (choice.built and choice.reason) or pure_requested(proc.env):
+        return build, None
+    why = []
+    if choice.stale:
+        shown = ", ".join(choice.stale[:3]) + (", ..." if len(choice.stale) > 3 else "")
+        many = len(choice.stale) > 1
+        why.append(f"{len(choice.stale)} compiled module{'s are' if many else ' is'} older "
+                   f"than {'their' if many else 'its'} source ({shown}); pip install -e "
+                   f"{proc.cwd} builds {'them' if many else 'it'} anew")
+    if pure_requested(env):
+        why.append(f"{PURE_ENV} is set in this environment")
+    return build, (f"{proc.name} is meant to run the compiled build but would run pure "
+                   f"Python: {'; '.join(why)}")
 
 
 def simulator(name: str, rate: float, extra: tuple[str, ...] = ()) -> Proc:
@@ -163,6 +204,7 @@ def sidecar(name: str, upstream: str, mode: str, workers: int = 1,
                        "--metrics-listen", f"127.0.0.1:{free_port()}",
                        "--mode", mode, "--workers", str(workers), *extra], port)
     proc.cwd = root
+    proc.sidecar = True
     return proc
 
 

@@ -1,7 +1,8 @@
 """Benchmark runner: every configuration in one run, alternated, medians over repetitions.
 
 Run from the repository root (each suite starts and stops its own processes on free
-loopback ports; logs go to ``--logs``)::
+loopback ports; logs go to ``--logs``; each sidecar's build is said on stderr and kept in
+the ``--json`` record, see ``procs.build_of``)::
 
     .venv/bin/python -m benchmarks.run paced --concurrency 256 --rate 50 --duration 10 --reps 3
     .venv/bin/python -m benchmarks.run paced --concurrency 64 --rate 0 --duration 6 --reps 3
@@ -251,7 +252,7 @@ async def paced(args: argparse.Namespace) -> dict[str, Any]:
                   f"(user space alone x{statistics.median(user) if user else math.nan:.2f}), "
                   f"gap p99 {statistics.median(added):+.1f} ms, "
                   f"late p99 {statistics.median(late):+.1f} ms")
-    return {"suite": "paced", "args": _jsonable(args), "runs": rows}
+    return {"suite": "paced", "args": _jsonable(args), "builds": _builds(proxies), "runs": rows}
 
 
 async def ttfb(args: argparse.Namespace) -> dict[str, Any]:
@@ -282,7 +283,7 @@ async def ttfb(args: argparse.Namespace) -> dict[str, Any]:
     for name, runs in rows.items():
         t = _median(runs, "ttfb_p50_ms")
         print(f"| {name} | {t:.2f} | {t - direct:+.2f} | {_median(runs, 'errors'):.0f} |")
-    return {"suite": "ttfb", "args": _jsonable(args), "runs": rows}
+    return {"suite": "ttfb", "args": _jsonable(args), "builds": _builds(proxies), "runs": rows}
 
 
 _STALL_TOKENS = 24  # what sim-stall sends before it goes silent
@@ -441,7 +442,8 @@ async def memory(args: argparse.Namespace) -> dict[str, Any]:
                 print(f"{proxy.name}: {held} idle streams, RSS {before / 2**20:.1f} -> "
                       f"{after / 2**20:.1f} MiB, {per / 1024:.1f} KiB per stream", flush=True)
                 await asyncio.sleep(1.0)
-    return {"suite": "memory", "args": _jsonable(args), "results": out}
+    return {"suite": "memory", "args": _jsonable(args), "builds": _builds(proxies),
+            "results": out}
 
 
 async def workers(args: argparse.Namespace) -> dict[str, Any]:
@@ -491,7 +493,8 @@ async def workers(args: argparse.Namespace) -> dict[str, Any]:
     for name, res in out.items():
         print(f"| {name} | {res['highest_held_streams']} x {args.rate:g} | "
               f"{res['highest_held_chunks_per_s']:.0f} |")
-    return {"suite": "workers", "args": _jsonable(args), "results": out}
+    return {"suite": "workers", "args": _jsonable(args),
+            "builds": _builds([p for _, p in targets if p]), "results": out}
 
 
 def _serving_pids(proxy: Proc) -> list[int]:
@@ -504,6 +507,11 @@ def _serving_pids(proxy: Proc) -> list[int]:
 def _throttled(pids: list[int], quota: float | None) -> float:
     """Seconds the CPU quota held ``pids`` back so far, summed (0 without a quota)."""
     return sum(cpuquota.throttled_seconds(p) for p in pids) if quota else 0.0
+
+
+def _builds(proxies: list[Proc]) -> dict[str, str]:
+    """The build each sidecar of ``proxies`` ran (``Proc.build``), for the JSON record."""
+    return {p.name: p.build for p in proxies if p.sidecar}
 
 
 def _jsonable(args: argparse.Namespace) -> dict[str, Any]:

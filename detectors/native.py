@@ -22,7 +22,8 @@ import importlib.machinery
 import importlib.util
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 
@@ -38,11 +39,12 @@ _SUFFIXES = tuple(importlib.machinery.EXTENSION_SUFFIXES)
 _state: list[str] = []  # why the source runs ("" while the compiled modules may)
 
 
-def compiled_sources() -> list[Path]:
-    """The ``.py`` files of the installed packages that have an extension beside them."""
+def compiled_sources(root: Path = _ROOT) -> list[Path]:
+    """The ``.py`` files of :data:`PACKAGES` under ``root`` that have an extension beside
+    them."""
     found = []
     for package in PACKAGES:
-        for directory, _dirs, files in os.walk(_ROOT / package):
+        for directory, _dirs, files in os.walk(root / package):
             for name in files:
                 if name.endswith(_SUFFIXES):
                     source = Path(directory) / (name.split(".", 1)[0] + ".py")
@@ -51,15 +53,51 @@ def compiled_sources() -> list[Path]:
     return sorted(found)
 
 
-def _stale(sources: Sequence[Path]) -> list[str]:
+def _stale(sources: Sequence[Path], root: Path) -> list[str]:
     """The modules of ``sources`` whose extension is older than their source."""
     stale = []
     for source in sources:
         newest = max(p.stat().st_mtime for p in source.parent.glob(source.stem + ".*")
                      if p.name.endswith(_SUFFIXES))
         if source.stat().st_mtime > newest + _SLACK:
-            stale.append(str(source.relative_to(_ROOT)))
+            stale.append(str(source.relative_to(root)))
     return stale
+
+
+@dataclass(frozen=True, slots=True)
+class Choice:
+    """Which build the packages of one checkout run, as :func:`choose` finds it before
+    anything is imported (whether the extensions then import is not known yet)."""
+
+    #: Extensions sit beside the source: a compiled build exists.
+    built: bool
+    #: The modules whose extension is older than their source (relative paths).
+    stale: tuple[str, ...]
+    #: Why the source runs; empty when the compiled modules may.
+    reason: str
+
+
+def pure_requested(env: Mapping[str, str]) -> bool:
+    """Whether ``env`` asks for the source (:data:`PURE_ENV` set, not empty, not ``0``)."""
+    return env.get(PURE_ENV, "") not in ("", "0")
+
+
+def choose(root: Path, env: Mapping[str, str]) -> Choice:
+    """The build that the packages under ``root`` run in a process with environment
+    ``env``: the rule of the module docstring, which :func:`select` applies to this
+    process (benchmarks apply it to the sidecars they start)."""
+    sources = compiled_sources(root)
+    if not sources:
+        return Choice(built=False, stale=(), reason="not compiled")
+    stale = tuple(_stale(sources, root))
+    if pure_requested(env):
+        reason = f"{PURE_ENV} is set"
+    elif stale:
+        reason = (f"the compiled {', '.join(stale)} older than the source: "
+                  "pip install -e . builds it anew")
+    else:
+        reason = ""
+    return Choice(built=True, stale=stale, reason=reason)
 
 
 class _SourceFinder(importlib.abc.MetaPathFinder):
@@ -82,21 +120,10 @@ def select() -> None:
     module docstring); later calls do nothing."""
     if _state:
         return
-    reason = ""
-    sources = compiled_sources()
-    if sources:
-        if os.environ.get(PURE_ENV, "") not in ("", "0"):
-            reason = f"{PURE_ENV} is set"
-        else:
-            stale = _stale(sources)
-            if stale:
-                reason = (f"the compiled {', '.join(stale)} older than the source: "
-                          "pip install -e . builds it anew")
-        if reason:
-            sys.meta_path.insert(0, _SourceFinder())
-    else:
-        reason = "not compiled"
-    _state.append(reason)
+    choice = choose(_ROOT, os.environ)
+    if choice.built and choice.reason:
+        sys.meta_path.insert(0, _SourceFinder())
+    _state.append(choice.reason)
 
 
 def compiled() -> bool:

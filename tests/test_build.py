@@ -11,6 +11,7 @@ compares the source with itself.
 from __future__ import annotations
 
 import importlib
+import importlib.machinery
 import inspect
 import json
 import os
@@ -24,7 +25,7 @@ import pytest
 
 import detectors
 import sidecar
-from detectors.native import PURE_ENV, compiled, describe
+from detectors.native import PURE_ENV, Choice, choose, compiled, describe
 
 ROOT = Path(__file__).resolve().parent.parent
 TRACES = ROOT / "tests" / "data" / "traces"
@@ -108,3 +109,35 @@ def test_no_class_from_source_extends_a_compiled_one() -> None:
                               if base.__module__ in sys.modules and is_compiled(base.__module__)]
     assert is_compiled("detectors.chain")
     assert not offenders
+
+
+def _touch(path: Path, when: float) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(b"")
+    os.utime(path, (when, when))
+
+
+def test_choose_reads_the_build_of_any_checkout(tmp_path: Path) -> None:
+    """``choose`` applies the rule to the files under a root: extensions of either package
+    found, one older than its source by more than the installer's slack is stale, the
+    variable asks for the source whatever the files say."""
+    ext = importlib.machinery.EXTENSION_SUFFIXES[0]
+    assert choose(tmp_path, {}) == Choice(built=False, stale=(), reason="not compiled")
+    _touch(tmp_path / "detectors" / "chain.py", 1000.0)
+    _touch(tmp_path / "detectors" / f"chain{ext}", 999.0)  # within the slack
+    _touch(tmp_path / "sidecar" / "codecs" / "sse.py", 1000.0)
+    _touch(tmp_path / "sidecar" / "codecs" / f"sse{ext}", 1001.0)
+    _touch(tmp_path / "sidecar" / "orphan" / f"gone{ext}", 1.0)  # no source: not counted
+    assert choose(tmp_path, {PURE_ENV: "0"}) == Choice(built=True, stale=(), reason="")
+    assert choose(tmp_path, {PURE_ENV: "1"}).reason == f"{PURE_ENV} is set"
+    _touch(tmp_path / "sidecar" / "codecs" / "sse.py", 1010.0)
+    stale = choose(tmp_path, {})
+    assert stale.built
+    assert stale.stale == ("sidecar/codecs/sse.py",)
+    assert stale.reason == ("the compiled sidecar/codecs/sse.py older than the source: "
+                            "pip install -e . builds it anew")
+
+
+def test_this_process_ran_the_build_choose_finds() -> None:
+    """``select`` decided this process's build by ``choose`` on this checkout."""
+    assert (choose(ROOT, os.environ).reason == "") == compiled()
