@@ -103,6 +103,21 @@ async def test_shadow_by_default_counts_logs_and_changes_nothing(
     assert b"parse_rows" not in log_output.getvalue().encode()
 
 
+async def test_the_log_line_carries_the_requests_id(
+        make_stack: StackFactory, log_output: io.StringIO) -> None:
+    """The agent_loop line names the request as its access line does: the client's
+    X-Request-Id, or the id the sidecar drew when the client sent none."""
+    stack = await make_stack()
+    await send(stack, "/v1/chat/completions", request(chat_body, 6))
+    await send(stack, "/v1/chat/completions", request(chat_body, 6),
+               {"X-Request-Id": "req-from-agent"})
+    drawn, given = events(log_output, "agent_loop")
+    first, second = events(log_output, "access")
+    assert drawn["request_id"] != ""
+    assert drawn["request_id"] == first["request_id"]
+    assert given["request_id"] == second["request_id"] == "req-from-agent"
+
+
 async def test_arguments_are_logged_when_configured(
         make_stack: StackFactory, log_output: io.StringIO) -> None:
     """agent_loops_log_arguments puts the call's canonical arguments in the log line."""
