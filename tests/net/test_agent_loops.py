@@ -198,4 +198,7 @@ async def test_a_healthy_agent_conversation_is_unchanged(
     assert stack.tap is not None
     assert stack.tap.bodies[0] == raw or not stream  # a body request is sent as a stream
     assert normalized(proxied) == normalized(direct)
-    assert stack.sidecar_metrics_text().count("runaway_sidecar_agent_loops_total{") == 0
+    counted = [line for line in stack.sidecar_metrics_text().splitlines()
+               if line.startswith("runaway_sidecar_agent_loops_total{")]
+    assert counted  # the series start at 0
+    assert all(line.endswith(" 0.0") for line in counted)
