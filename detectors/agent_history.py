@@ -13,7 +13,10 @@ entries, so the work does not grow with the history. What each API calls things:
   pair (``input``); consecutive assistant-side items (messages, reasoning, calls) are one
   turn;
 - ``POST /v1/chat/completions``: assistant ``tool_calls`` (``id``,
-  ``function.name``, ``function.arguments``) and ``tool`` messages (``tool_call_id``).
+  ``function.name``, ``function.arguments``) and ``tool`` messages (``tool_call_id``);
+- Ollama's ``POST /api/chat``: assistant ``tool_calls`` (``function.name``,
+  ``function.arguments``, an object) without ids, and the ``tool`` messages right after
+  the assistant message, which answer its calls in order.
 
 A malformed entry is skipped, never raised on: the request goes upstream as it is and the
 upstream judges it.
@@ -186,8 +189,7 @@ def chat_history(body: Mapping[str, Any], window: int) -> list[Event]:
             continue
         role = message.get("role")
         if role == "assistant":
-            calls = message.get("tool_calls")
-            calls = [c for c in calls if isinstance(c, dict)] if isinstance(calls, list) else []
+            calls = _chat_calls(message)
             for call in reversed(calls):
                 function = call.get("function")
                 if isinstance(function, dict):
@@ -199,4 +201,42 @@ def chat_history(body: Mapping[str, Any], window: int) -> list[Event]:
             out.result(message.get("tool_call_id"), message.get("content"))
         elif role == "user":
             out.user(index)
+    return out.done()
+
+
+def _chat_calls(message: Mapping[str, Any]) -> list[dict[str, Any]]:
+    calls = message.get("tool_calls")
+    return [c for c in calls if isinstance(c, dict)] if isinstance(calls, list) else []
+
+
+def ollama_history(body: Mapping[str, Any], window: int) -> list[Event]:
+    """Ollama's ``POST /api/chat``: the trailing history of ``body["messages"]``, oldest
+    first. Calls have no ids: the ``tool`` messages that follow an assistant message
+    are its calls' results, by position (as Ollama renders them to the model)."""
+    out = _Builder(window)
+    results: list[object] = []  # the tool messages after this entry, newest first
+    for index, message in _entries(body, "messages", window):
+        if out.budget <= 0:
+            break
+        if not isinstance(message, dict):
+            continue
+        role = message.get("role")
+        if role == "tool":
+            results.append(message.get("content"))
+            continue
+        if role == "assistant":
+            calls = _chat_calls(message)
+            answers = results[::-1]
+            for position in range(len(calls) - 1, -1, -1):
+                function = calls[position].get("function")
+                if isinstance(function, dict):
+                    key = f"{index}.{position}"
+                    if position < len(answers):
+                        out.result(key, answers[position])
+                    out.call(index, key, function.get("name"), function.get("arguments"))
+            if not calls:
+                out.reply(index, _text(message.get("content")))
+        elif role == "user":
+            out.user(index)
+        results.clear()
     return out.done()

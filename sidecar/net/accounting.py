@@ -41,23 +41,24 @@ def policy(metrics: Metrics, ex: Exchange, decision: Decision) -> None:
              source=decision.source, thinking=decision.thinking, reason=decision.reason)
 
 
-def history_cleaned(metrics: Metrics, request: web.Request, route: WatchedRoute,
-                    pieces: int) -> None:
-    """``pieces`` of cut reasoning were replaced in the request's history."""
+def history_cleaned(metrics: Metrics, request: web.Request, request_id: str,
+                    route: WatchedRoute, pieces: int) -> None:
+    """``pieces`` of cut reasoning were replaced in the history of the request
+    ``request_id`` (the id its exchange and ``access`` line will carry)."""
     metrics.history_cleaned(route, pieces)
-    log.info("history_cleaned", path=request.path, pieces=pieces,
-             request_id=request.headers.get("X-Request-Id", ""))
+    log.info("history_cleaned", path=request.path, pieces=pieces, request_id=request_id)
 
 
-def agent_loop(metrics: Metrics, request: web.Request, route: WatchedRoute,
+def agent_loop(metrics: Metrics, request_id: str, route: WatchedRoute,
                model: str | None, found: Found, *, arguments: bool) -> None:
-    """The request's history showed an agent loop (``found``: the evidence and what was
-    done); ``arguments``: log the calls' arguments too."""
+    """The history of the request ``request_id`` (the id its exchange and ``access``
+    line will carry) showed an agent loop (``found``: the evidence and what was done);
+    ``arguments``: log the calls' arguments too."""
     finding = found.finding
     metrics.agent_loop(route, model, finding.kind, found.action)
     log.warning("agent_loop", **agent_loop_log_fields(
         finding, action=found.action, reason=found.reason, route=route, model=model,
-        request_id=request.headers.get("X-Request-Id", ""), arguments=arguments))
+        request_id=request_id, arguments=arguments))
 
 
 def attempt_ended(metrics: Metrics, ex: Exchange, attempt: Attempt) -> None:

@@ -131,6 +131,8 @@ class Runner:
         exchange); the response itself when it is relayed or refused."""
         settings = self.settings
         cfg, policy, dialect = settings.config, settings.policy, settings.dialect
+        # Drawn once, so the lines logged before the exchange opens name it too.
+        request_id = request.headers.get("X-Request-Id") or uuid.uuid4().hex
         if api.ollama_native and not dialect.native_ndjson:
             return await self.relay.relay(request, cfg)  # "auto" found another server
         try:
@@ -148,7 +150,8 @@ class Runner:
             cut = await self.fleet.recalled(got.recall, asyncio.get_running_loop().time())
             if cut:
                 got = prepare.clean(api, got, cut)
-                accounting.history_cleaned(self.metrics, request, api.route, len(cut))
+                accounting.history_cleaned(self.metrics, request, request_id, api.route,
+                                           len(cut))
         shaped = prepare.shape(cfg, api, dialect, got, request.headers, policy,
                                self.metrics.model_label)
         if isinstance(shaped, prepare.Pass):
@@ -158,7 +161,7 @@ class Runner:
             return json_error(api, 400, shaped.message, "BadRequestError", param=shaped.param)
         checked = agent_loops.check(cfg, api, shaped, request.headers)
         if checked.found is not None:
-            accounting.agent_loop(self.metrics, request, api.route, shaped.model,
+            accounting.agent_loop(self.metrics, request_id, api.route, shaped.model,
                                   checked.found, arguments=cfg.agent_loops_log_arguments)
         if checked.refusal is not None:
             self.metrics.request_done(api.route, "rejected", shaped.model)
@@ -168,14 +171,15 @@ class Runner:
         planned = shaped.plan
         if planned.adaptive:
             planned = planned.with_token_budget(await self.fleet.budget(planned.budget_key))
-        return self._open(request, api, cfg, dialect, prepare.ready(api, shaped, planned))
+        return self._open(request, request_id, api, cfg, dialect,
+                          prepare.ready(api, shaped, planned))
 
-    def _open(self, request: web.Request, api: WireApi, cfg: Config, dialect: Dialect,
-              ready: prepare.Prepared) -> _Run:
+    def _open(self, request: web.Request, request_id: str, api: WireApi, cfg: Config,
+              dialect: Dialect, ready: prepare.Prepared) -> _Run:
         """Open the exchange of a prepared request: its books, parts, sink and ladder."""
         planned, facts = ready.plan, ready.facts
         ex = Exchange(api=api, config=cfg, model=ready.model, mode=planned.mode,
-                      request_id=request.headers.get("X-Request-Id") or uuid.uuid4().hex,
+                      request_id=request_id,
                       started=asyncio.get_running_loop().time(), facts=facts,
                       max_tokens=ready.max_tokens, budget_key=planned.budget_key)
         accounting.policy(self.metrics, ex, planned.decision)

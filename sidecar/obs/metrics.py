@@ -26,6 +26,7 @@ The ``/metrics`` rendering, single- or multiprocess, is :mod:`sidecar.obs.exposi
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from itertools import product
 from typing import Final, get_args
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
@@ -216,8 +217,6 @@ class Metrics:
             "Pieces of cut reasoning a client sent back in a later request, replaced by a note.",
             ("route",),
         )
-        # Not started at 0 per label set (3 routes x 3 kinds x 4 actions per model): a
-        # looping agent sends a request per turn, so rate() sees the loop from its second.
         self._agent_loops = counter(
             "agent_loops",
             "Requests whose history showed an agent loop across turns, by route, model, "
@@ -271,8 +270,18 @@ class Metrics:
             self._disconnects.labels(route=route)
         for watched in get_args(WatchedRoute):
             self._history.labels(route=watched)
-        for model in sorted({*self._model.exact, OTHER}):
+        models = sorted({*self._model.exact, OTHER})
+        for model in models:
             self._exhausted.labels(model=model)
+        # 36 series per model (3 routes x 3 kinds x 4 actions): the alert's increase()
+        # must see a loop's first request, and a loop may last fewer than two scrapes.
+        # Completions requests carry no tool-call history, so never a loop.
+        for route in get_args(WatchedRoute):
+            if route == "completions":
+                continue
+            for model, kind, action in product(models, get_args(LoopKind),
+                                               get_args(AgentLoopAction)):
+                self._agent_loops.labels(route=route, model=model, kind=kind, action=action)
         for kind in get_args(RecordKind):
             self._record_offered.labels(kind=kind)
             self._records.labels(kind=kind)

@@ -11,6 +11,7 @@ from detectors.agent_history import (
     canonical_arguments,
     chat_history,
     messages_history,
+    ollama_history,
     responses_history,
 )
 from detectors.agent_loops import LoopConfig, Reply, Step, UserTurn, check
@@ -61,14 +62,27 @@ def chat_body(n: int, result: str = RESULT) -> dict[str, Any]:
     return {"model": "m", "messages": msgs}
 
 
+def ollama_body(n: int, result: str = RESULT) -> dict[str, Any]:
+    """An Ollama /api/chat body: tool_calls without ids, arguments as an object, and
+    tool messages answering them in order (Ollama's api.Message)."""
+    msgs: list[dict[str, Any]] = [{"role": "system", "content": "You are a coding agent."},
+                                  {"role": "user", "content": "Fix the IndexError."}]
+    for _ in range(n):
+        msgs.append({"role": "assistant", "content": "", "thinking": "Let me search.",
+                     "tool_calls": [{"function": {"name": "Grep", "arguments": dict(ARGS)}}]})
+        msgs.append({"role": "tool", "content": result, "tool_name": "Grep"})
+    return {"model": "m", "messages": msgs}
+
+
 READERS = [(messages_history, messages_body), (responses_history, responses_body),
-           (chat_history, chat_body)]
+           (chat_history, chat_body), (ollama_history, ollama_body)]
 
 
 @pytest.mark.parametrize(("reader", "body"), READERS)
 def test_same_steps_from_every_api(reader: Any, body: Any) -> None:
-    """The three APIs' shapes of one conversation give the same steps: name, canonical
-    arguments and result, paired by call id, after the user's instruction."""
+    """The four APIs' shapes of one conversation give the same steps: name, canonical
+    arguments and result, paired by call id (by position on Ollama), after the user's
+    instruction."""
     events = reader(body(3), 64)
     assert isinstance(events[0], UserTurn)
     steps = [e for e in events if isinstance(e, Step)]
@@ -120,6 +134,7 @@ def test_replies_and_user_turns() -> None:
     chat = {"messages": [{"role": "user", "content": "fix"},
                          {"role": "assistant", "content": text}]}
     assert chat_history(chat, 64) == [UserTurn(0), Reply(1, text)]
+    assert ollama_history(chat, 64) == [UserTurn(0), Reply(1, text)]
     resp = {"input": [{"role": "user", "content": "fix"},
                       {"type": "message", "role": "assistant",
                        "content": [{"type": "output_text", "text": text}]}]}
@@ -147,6 +162,40 @@ def test_string_input_and_malformed_entries() -> None:
                          {"role": "tool"}]}
     assert chat_history(body, 64) == [Reply(1, "")]
     assert messages_history({"messages": None}, 64) == []
+
+
+def test_ollama_results_pair_with_calls_in_order() -> None:
+    """Ollama's calls carry no ids: the tool messages after an assistant message answer
+    its calls in order; a call without a tool message after it has no result, and a
+    tool message after a user message answers nothing."""
+    body = {"messages": [
+        {"role": "user", "content": "fix"},
+        {"role": "assistant", "content": "", "tool_calls": [
+            {"function": {"name": "Read", "arguments": {"path": "a.py"}}},
+            {"function": {"index": 1, "name": "Grep", "arguments": {"pattern": "x"}}}]},
+        {"role": "tool", "content": "A", "tool_name": "Read"},
+        {"role": "tool", "content": "B", "tool_name": "Grep"},
+        {"role": "assistant", "content": "", "tool_calls": [
+            {"function": {"name": "Read", "arguments": {"path": "b.py"}}},
+            {"function": {"name": "Grep", "arguments": {"pattern": "y"}}}]},
+        {"role": "tool", "content": "C", "tool_name": "Read"},
+        {"role": "user", "content": "go on"},
+        {"role": "tool", "content": "stray"}]}
+    assert ollama_history(body, 64) == [
+        UserTurn(0),
+        Step(1, "Read", '{"path":"a.py"}', "A"), Step(1, "Grep", '{"pattern":"x"}', "B"),
+        Step(4, "Read", '{"path":"b.py"}', "C"), Step(4, "Grep", '{"pattern":"y"}', None),
+        UserTurn(6)]
+
+
+def test_ollama_malformed_entries() -> None:
+    """Malformed Ollama entries are skipped, not raised on."""
+    body = {"messages": ["junk", {"role": "assistant", "tool_calls": "x", "content": 5},
+                         {"role": "assistant", "tool_calls": [{"function": "x"}, 3,
+                                                              {"function": {"name": 7}}]},
+                         {"role": "tool", "content": None}]}
+    assert ollama_history(body, 64) == [Reply(1, "")]
+    assert ollama_history({"messages": None}, 64) == []
 
 
 def test_missing_result() -> None:

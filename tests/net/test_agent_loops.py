@@ -103,6 +103,21 @@ async def test_shadow_by_default_counts_logs_and_changes_nothing(
     assert b"parse_rows" not in log_output.getvalue().encode()
 
 
+async def test_the_log_line_carries_the_requests_id(
+        make_stack: StackFactory, log_output: io.StringIO) -> None:
+    """The agent_loop line names the request as its access line does: the client's
+    X-Request-Id, or the id the sidecar drew when the client sent none."""
+    stack = await make_stack()
+    await send(stack, "/v1/chat/completions", request(chat_body, 6))
+    await send(stack, "/v1/chat/completions", request(chat_body, 6),
+               {"X-Request-Id": "req-from-agent"})
+    drawn, given = events(log_output, "agent_loop")
+    first, second = events(log_output, "access")
+    assert drawn["request_id"] != ""
+    assert drawn["request_id"] == first["request_id"]
+    assert given["request_id"] == second["request_id"] == "req-from-agent"
+
+
 async def test_arguments_are_logged_when_configured(
         make_stack: StackFactory, log_output: io.StringIO) -> None:
     """agent_loops_log_arguments puts the call's canonical arguments in the log line."""
@@ -183,4 +198,7 @@ async def test_a_healthy_agent_conversation_is_unchanged(
     assert stack.tap is not None
     assert stack.tap.bodies[0] == raw or not stream  # a body request is sent as a stream
     assert normalized(proxied) == normalized(direct)
-    assert stack.sidecar_metrics_text().count("runaway_sidecar_agent_loops_total{") == 0
+    counted = [line for line in stack.sidecar_metrics_text().splitlines()
+               if line.startswith("runaway_sidecar_agent_loops_total{")]
+    assert counted  # the series start at 0
+    assert all(line.endswith(" 0.0") for line in counted)

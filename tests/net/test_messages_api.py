@@ -5,6 +5,7 @@ body, budgets, history cleaning, pass-through and errors."""
 from __future__ import annotations
 
 import asyncio
+import io
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -17,6 +18,7 @@ from anthropic import AsyncAnthropic, BadRequestError, NotFoundError
 from sidecar.apis.messages.splice import MARK_PREFIX
 from sidecar.core.wire import CUT_NOTE
 from tests.net.agent_helpers import ANSWER, PROMPT, comments, idle, post, sse_events
+from tests.net.test_agent_loops import events, log_output  # noqa: F401 (a fixture)
 from tests.stack import Stack, StackFactory
 
 MESSAGES = [{"role": "user", "content": PROMPT}]
@@ -188,10 +190,11 @@ async def test_the_thinking_budget_applies(client: tuple[Stack, AsyncAnthropic])
     assert raw.headers["X-Runaway-Detector"] == "thinking_token_budget"
 
 
-async def test_the_history_of_a_cut_turn_is_cleaned(make_stack: StackFactory) -> None:
+async def test_the_history_of_a_cut_turn_is_cleaned(make_stack: StackFactory,
+                                                    log_output: io.StringIO) -> None:  # noqa: F811
     """A later request that sends the cut thinking block back (with the sidecar's
-    signature) reaches the node with a short note instead of the looped text; thinking
-    blocks with other signatures are left alone."""
+    signature) reaches the node with a short note instead of the looped text, logged
+    under the request's id; thinking blocks with other signatures are left alone."""
     stack = await make_stack(tap=True)
     assert stack.tap is not None
     anthropic = AsyncAnthropic(base_url=stack.url, api_key="k", max_retries=0)
@@ -209,6 +212,8 @@ async def test_the_history_of_a_cut_turn_is_cleaned(make_stack: StackFactory) ->
         "type": "thinking", "thinking": CUT_NOTE, "signature": cut.signature}
     assert sent["messages"][1]["content"][1]["text"] == text_of(first)
     assert stack.metric("runaway_sidecar_history_cleaned_total", route="messages") == 1
+    (cleaned,) = events(log_output, "history_cleaned")
+    assert cleaned["request_id"] == events(log_output, "access")[-1]["request_id"] != ""
     other = [history[0], {"role": "assistant", "content": [
         {"type": "thinking", "thinking": looped, "signature": "0" * 32}]}, history[2]]
     await anthropic.messages.create(**body("sim-healthy", messages=other, max_tokens=50))

@@ -143,6 +143,26 @@ def test_known_label_values_start_at_zero() -> None:
     assert value(r, "ladder_exhausted_total", model="*") is None
 
 
+def test_agent_loop_series_start_at_zero() -> None:
+    """Every agent-loop label set known at start (the routes with a tool-call history,
+    each kind and action, each allowed model and other) is in a fresh registry's
+    exposition at 0, so the alert's increase() sees a loop's first request; none for
+    completions, which carries no history."""
+    _m, r = make(["m1", "*"])
+    body, _ = exposition(r)
+    series = {
+        (s.labels["route"], s.labels["model"], s.labels["kind"], s.labels["action"]): s.value
+        for family in text_string_to_metric_families(body.decode())
+        if family.name == P + "agent_loops"
+        for s in family.samples if s.name.endswith("_total")}
+    expected = {(route, model, kind, action)
+                for route in ["chat", "messages", "responses"]
+                for model in ["m1", OTHER]
+                for kind in ["repeat", "cycle", "text"]
+                for action in ["shadow", "nudge", "refuse", "passed"]}
+    assert series == dict.fromkeys(expected, 0.0)
+
+
 def test_passthrough_requests_have_empty_model_label() -> None:
     """Pass-through requests are counted with model="" whatever model is passed."""
     m, r = make()
@@ -221,7 +241,7 @@ def test_names_follow_prometheus_conventions() -> None:
     forbidden = {"request_id", "id", "prompt", "text", "path", "user"}
     allowed = {"route", "outcome", "model", "detector", "channel", "mode", "step", "kind",
                "pool"}
-    allowed |= {"rule", "result", "version", "le", "reason"}
+    allowed |= {"rule", "result", "version", "le", "reason", "action"}
     for fam in families:
         assert fam.name.startswith(P), fam.name
         if fam.type == "histogram":

@@ -5,7 +5,9 @@ the line kind. Reading a request and the bodies the sidecar sends upstream.
 Chat has thinking in ``message.thinking`` and the answer in ``message.content``;
 generate has them in ``thinking`` and ``response``. ``think: false`` turns thinking off
 (``"low"`` for gpt-oss, which accepts levels only). Ollama streams unless the request
-says ``"stream": false``; the sidecar always asks for a stream, to watch it.
+says ``"stream": false``; the sidecar always asks for a stream, to watch it. A chat
+request's history (``tool_calls`` and ``tool`` messages) is checked for agent loops
+(``detectors.agent_history.ollama_history``).
 
 The package (no ``__init__.py``: a wire API is these files alone): ``api.py`` is the API
 class and its two instances (request facts, bodies), ``attempt.py`` the line model and
@@ -20,6 +22,8 @@ from typing import Any
 
 import orjson
 
+from detectors.agent_history import ollama_history
+from detectors.agent_loops import Event
 from sidecar.apis.ollama.attempt import OllamaAttempt
 from sidecar.apis.ollama.fold import LineKind, OllamaFold
 from sidecar.apis.ollama.splice import OllamaSplicer
@@ -104,6 +108,18 @@ class OllamaApi(WireApi):
         fold = None if facts.client_stream else OllamaFold(kind)
         splicer = OllamaSplicer(kind, fold, model=model)
         return Opened(splicer, fold, lambda spec: OllamaAttempt(kind, spec, splicer, fold))
+
+    def agent_history(self, body: Mapping[str, Any], window: int) -> list[Event]:
+        return ollama_history(body, window) if self.kind == "chat" else []
+
+    def with_loop_note(self, body: Mapping[str, Any], note: str) -> dict[str, Any] | None:
+        """A chat body with ``note`` as a user message after the tool results."""
+        messages = body.get("messages")
+        if (self.kind != "chat" or not isinstance(messages, list) or not messages
+                or not isinstance(messages[-1], dict)
+                or messages[-1].get("role") not in ("tool", "user")):
+            return None
+        return {**body, "messages": [*messages, {"role": "user", "content": note}]}
 
     def error_body(self, status: int, message: str, error_type: str,
                    param: str | None = None) -> bytes:
