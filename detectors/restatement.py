@@ -35,13 +35,16 @@ statement came back more than 5 times within 16,384 characters; loops that resta
 conclusion do it dozens of times.
 
 Memory: the current line and the run being read (at most :data:`MAX_LINE` characters
-each), a table of :data:`SLOTS`
-counters with a 16-bit fingerprint each (3 KiB) and a ring of the last :data:`RING`
-statements, a slot and a channel offset each (3.4 KiB at most),
-allocated with the first statement. A statement older than the ring is forgotten even
-inside the window; two statements that share a slot and a fingerprint count together (one in
-2^26), and a statement whose probe chain lost a slot to expiry starts a new count: the
-count can be off only in such rare cases, and only downward but for the shared slot.
+each), a table of counters with each statement's 32-bit hash, and a ring of the last
+:data:`RING` statements, a slot and a channel offset each (3.4 KiB at most), allocated
+with the first statement. The table has at least twice as many slots as the ring holds
+statements: :data:`FIRST_SLOTS` (320 bytes) at first, doubling as the ring fills, up to
+:data:`SLOTS` (5 KiB) for a full ring; most channels keep a few dozen statements in their
+window and never grow it. A statement older than the ring is forgotten even inside the
+window; two statements with the same hash count together (one in 2^32), and a statement
+whose probe chain lost a slot to expiry starts a new count until the table next grows
+(which merges the two): the count can be off only in such rare cases, and only downward
+but for the shared hash.
 """
 
 from __future__ import annotations
@@ -68,8 +71,10 @@ MAX_LINE = 320
 RUN_LINE = 100
 #: Statements remembered (their slot and offset) ...
 RING = 512
-#: ... in a table of this many counters (a power of two, at most half full).
+#: ... in a table of at most this many counters (a power of two, at most half full) ...
 SLOTS = 1024
+#: ... and at first this many (it doubles while the ring holds more than half as many).
+FIRST_SLOTS = 64
 
 _ITEM = re.compile(r"\s*(?:[-*+•·>]|\(?\d{1,3}[.):]|\(?[A-Za-z][.)])\s")
 #: A word: a CJK character, or two letters or more ("R_planet" holds the word "planet").
@@ -98,8 +103,8 @@ class RestatementAnalyzer:
         "_copies",
         "_counts",
         "_fence",
-        "_fps",
         "_head",
+        "_keys",
         "_line",
         "_line_at",
         "_list",
@@ -108,7 +113,7 @@ class RestatementAnalyzer:
         "_list_items",
         "_most",
         "_ring_at",
-        "_ring_slot",
+        "_ring_key",
         "_run",
         "_run_chars",
         "_window",
@@ -135,12 +140,12 @@ class RestatementAnalyzer:
         # past MAX_LINE: its lines are read one by one until it ends).
         self._run: list[tuple[str, int]] = []
         self._run_chars = 0
-        # Copies per statement in the window: a counter and a 16-bit fingerprint per slot,
+        # Copies per statement in the window: a counter and the statement's hash per slot,
         # probed linearly from the hash's low bits (allocated with the first statement).
         self._counts = bytearray()
-        self._fps = array("H")
-        # The statements in the window, oldest first from ``_head``: slot and offset.
-        self._ring_slot = array("H")
+        self._keys = array("I")
+        # The statements in the window, oldest first from ``_head``: hash and offset.
+        self._ring_key = array("I")
         self._ring_at = array("I")
         self._head = 0
         self._most = 0
@@ -260,36 +265,34 @@ class RestatementAnalyzer:
         return self._count(crc32(line.encode()), start, line, "a line")
 
     def _count(self, h: int, start: int, shown: str, what: str) -> Finding | None:
-        """Count statement ``h`` written at ``start``, forget those that left the window,
-        and fire on the ``copies``-th copy within it."""
+        """Count statement ``h`` (a 32-bit hash) written at ``start``, forget those that
+        left the window, and fire on the ``copies``-th copy within it."""
         counts = self._counts
         if not counts:
-            counts = self._counts = bytearray(SLOTS)
-            self._fps = array("H", bytes(2 * SLOTS))
-        fps = self._fps
-        ring_slot, ring_at = self._ring_slot, self._ring_at
+            counts = self._counts = bytearray(FIRST_SLOTS)
+            self._keys = array("I", bytes(4 * FIRST_SLOTS))
+        ring_key, ring_at = self._ring_key, self._ring_at
         # Forget what left the window, and the oldest statement when the ring is full.
         oldest = start - self._window
         head = self._head
         live = len(ring_at) - head
         while live and (ring_at[head] < oldest or live >= RING):
-            counts[ring_slot[head]] -= 1
+            self._forget(ring_key[head])
             head += 1
             live -= 1
         if head >= 64:  # compact: the ring holds at most RING + 64 entries
-            del ring_slot[:head]
+            del ring_key[:head]
             del ring_at[:head]
             head = 0
         self._head = head
-        fp = (h >> 16) | 1
-        i = h & (SLOTS - 1)
-        while counts[i] and fps[i] != fp:
-            i = (i + 1) & (SLOTS - 1)
-        fps[i] = fp
+        if 2 * (live + 1) > len(counts):  # at most half full, with this one (SLOTS: RING)
+            counts = self._grow()
+        i = self._slot(h)
+        self._keys[i] = h
         seen = counts[i] + 1
         if seen < 255:
             counts[i] = seen
-        ring_slot.append(i)
+        ring_key.append(h)
         ring_at.append(start)
         self._most = max(self._most, seen)
         if seen < self._copies:
@@ -298,3 +301,52 @@ class RestatementAnalyzer:
             f"{what} was written {seen} times within {self._window} characters",
             Evidence(excerpt(shown), 0, seen),
         )
+
+    def _slot(self, h: int) -> int:
+        """Where statement ``h`` is counted, or the free slot where it would go."""
+        counts, keys = self._counts, self._keys
+        mask = len(counts) - 1
+        i = h & mask
+        while counts[i] and keys[i] != h:
+            i = (i + 1) & mask
+        return i
+
+    def _forget(self, h: int) -> None:
+        """One copy of statement ``h`` left the window. A count that drops to 0 frees its
+        slot, and the statements after it in the probe run shift back (linear probing's
+        deletion), so every statement stays where a lookup finds it."""
+        counts, keys = self._counts, self._keys
+        i = self._slot(h)
+        if counts[i] > 1:
+            counts[i] -= 1
+            return
+        if not counts[i]:  # (a count stops at 254: more copies than that drain it early)
+            return
+        mask = len(counts) - 1
+        counts[i] = 0
+        j = i
+        while True:
+            j = (j + 1) & mask
+            if not counts[j]:
+                return
+            home = keys[j] & mask
+            # The entry at j moves into the hole at i unless its home lies in (i, j],
+            # cyclically: then a lookup from its home still reaches it.
+            if (i < home <= j) if i < j else (home > i or home <= j):
+                continue
+            counts[i], keys[i] = counts[j], keys[j]
+            counts[j] = 0
+            i = j
+
+    def _grow(self) -> bytearray:
+        """Double the table: each statement goes to its slot in the new one."""
+        counts, keys = self._counts, self._keys
+        size = 2 * len(counts)
+        self._counts = grown = bytearray(size)
+        self._keys = array("I", bytes(4 * size))
+        for old in range(len(counts)):
+            if counts[old]:
+                i = self._slot(keys[old])
+                self._keys[i] = keys[old]
+                grown[i] = counts[old]
+        return grown

@@ -5,6 +5,7 @@ from __future__ import annotations
 import random
 import re
 import tracemalloc
+from zlib import crc32
 
 import pytest
 from detector_helpers import feed_pieces, feed_text, key, load
@@ -13,7 +14,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from detectors import DetectorConfig
-from detectors.blocks import Blocker
+from detectors.blocks import BLOCK_CHARS, Blocker
 from detectors.replay import split_stream
 from detectors.restatement import (
     _ASCII_WORDS,
@@ -194,6 +195,88 @@ def test_state_is_bounded() -> None:
     assert len(analyzer._ring_at) <= 576
     assert len(analyzer._counts) == 1024
     assert "".join(split_deltas(text)) == text
+
+
+WORDS = ("apple", "river", "stone", "cloud", "ember", "field", "glass", "honey", "ivory",
+         "jelly", "koala", "lemon", "maple", "noble", "ocean", "pearl", "quill", "raven")
+
+
+def _churn(seed: int, lines: int, vocabulary: int, window: int) -> tuple[str, list[int]]:
+    """``lines`` lines drawn at random from ``vocabulary`` distinct statements (no digits,
+    five words or more): the text, and each line's channel offset."""
+    rng = random.Random(seed)
+    pool = [f"we check the {WORDS[i % 18]} {WORDS[i // 18 % 18]} and {WORDS[i // 324 % 18]} "
+            f"{WORDS[(i * 7) % 18]} again" for i in range(vocabulary)]
+    text, starts = "", []
+    for _ in range(lines):
+        starts.append(len(text))
+        text += rng.choice(pool) + "\n"
+    return text, starts
+
+
+def _first_copies(text: str, starts: list[int], window: int, copies: int) -> int | None:
+    """The index of the 256-character block in which some statement reaches ``copies``
+    copies within ``window`` characters and the last 512 statements, counted naively."""
+    ring: list[tuple[str, int]] = []
+    for line, start in zip(text.split("\n"), starts, strict=False):
+        ring = [(h, at) for h, at in ring if at >= start - window][-511:]
+        if 1 + sum(h == line for h, _ in ring) >= copies:
+            return (start + len(line)) // BLOCK_CHARS  # where its line break is
+        ring.append((line, start))
+    return None
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_counts_are_exact_under_expiry_and_growth(seed: int) -> None:
+    """Every statement's count is its copies in the window, whatever expired before it:
+    a slot freed by expiry does not cut a probe run (the table once lost counts there),
+    and the table's growth keeps every count. Hundreds of statements churn through a
+    window that holds about 250 of them; at every threshold the detector fires in the
+    block where a naive count first reaches it."""
+    window = 8192
+    text, starts = _churn(seed, 4000, 200 + 100 * seed, window)
+    for copies in range(3, 9):
+        analyzer = RestatementAnalyzer(copies=copies, window_chars=window)
+        fired = next((i for i, block in enumerate(Blocker().push(text) or ())
+                      if analyzer.analyze(block) is not None), None)
+        assert fired == _first_copies(text, starts, window, copies), copies
+
+
+def test_a_slot_freed_by_expiry_keeps_the_next_statement_counted() -> None:
+    """Statements A and B share a home slot, so B is counted in the slot after A's. When A
+    leaves the window, B's copies still count: here B's second copy fires at two copies.
+    (The table used to free A's slot and cut B's probe run there: B's second copy started
+    a new count at 1.)"""
+    lines = (f"we check the {a} {b} and {c} again" for a in WORDS for b in WORDS for c in WORDS)
+    homes: dict[int, str] = {}
+    for line in lines:
+        first = homes.setdefault(crc32(line.encode()) & 1023, line)  # same slot in any size
+        if first != line:
+            break
+    a, b = first, line
+    window = 4096
+    text = f"{a}\n{b}\n"
+    filler = window + 1 - len(text)  # B's second copy starts at window + 1: A is gone, B not
+    text += "ok\n" * (filler // 3) + "o" * (filler % 3 - 1) + "\n" * (filler % 3 > 0)
+    assert len(text) == window + 1
+    text += f"{b}\n" + " " * BLOCK_CHARS
+    analyzer = RestatementAnalyzer(copies=2, window_chars=window)
+    found = [f for block in Blocker().push(text) or () if (f := analyzer.analyze(block))]
+    assert len(found) == 1
+    assert found[0].evidence.excerpt.startswith(b[:20])
+
+
+def test_the_table_grows_with_the_statements_in_the_window() -> None:
+    """A channel with a few statements in its window keeps a small table, at least twice
+    as large as its ring: 64 slots for up to 32 (a full ring has 1,024: see above)."""
+    for lines, slots in ((32, 64), (33, 128), (64, 128), (65, 256)):
+        analyzer = RestatementAnalyzer(copies=10**6)
+        text = "".join(f"we check the {WORDS[i % 18]} and the {WORDS[i // 18 % 18]} again\n"
+                       for i in range(lines))
+        for block in Blocker().push(text + " " * 256) or ():
+            analyzer.analyze(block)
+        assert len(analyzer._ring_at) == lines
+        assert len(analyzer._counts) == slots, lines
 
 
 def _reasoning_of(name: str, source_end: str) -> str:
