@@ -35,6 +35,7 @@ from array import array
 from zlib import crc32
 
 import numpy as np
+import numpy.typing as npt
 
 _BASE = 0x100000001B3
 _MIX = 0x9E3779B97F4A7C15
@@ -76,6 +77,20 @@ def _other_slot(pairs: bytearray, fps: bytearray, slot: int, fp: int) -> int:
         fps[alt] = fp
         return alt
     return _DROPPED
+
+
+_WEIGHTS: dict[int, npt.NDArray[np.uint64]] = {}
+
+
+def _weights(k: int) -> npt.NDArray[np.uint64]:
+    """The correlation weights of a ``k``-key shingle's mixed hash: ``_MIX * _BASE**(k-1-t)``
+    modulo 2**64 for its ``t``-th key, oldest first (made once per ``k``)."""
+    found = _WEIGHTS.get(k)
+    if found is None:
+        found = _WEIGHTS[k] = np.array(
+            [_MIX * pow(_BASE, k - 1 - t, 1 << 64) % (1 << 64) for t in range(k)], dtype=np.uint64
+        )
+    return found
 
 
 class ShingleTable:
@@ -195,25 +210,18 @@ class ShingleTable:
         k = self._k
         n = len(hashes)
         # The hash of the last ``k`` keys is ``sum(h[i - t] * _BASE**t for t < k)`` modulo
-        # 2**64 (Horner's rule over the window): numpy's uint64 wraps as that modulo does,
-        # a whole batch in ``k`` steps, where Python ints (compiled or not) go past 62 bits
-        # into arbitrary-precision arithmetic on every key. ``olds`` holds the ``k - 1``
+        # 2**64, mixed by a multiplication by ``_MIX``: one correlation of the keys with
+        # the weights ``_MIX * _BASE**t`` (numpy's uint64 wraps as that modulo does) serves
+        # the whole batch in one call, where Python ints (compiled or not) go past 62 bits
+        # into arbitrary-precision arithmetic on every key. ``window`` holds the ``k - 1``
         # keys before the batch (zeros before the stream's first), then the batch.
         window = self._last + hashes
         self._last = window[n:]
-        olds = np.array(window, dtype=np.uint64)
-        rolling = olds[0:n].copy()
-        base = np.uint64(_BASE)
-        for t in range(1, k):
-            rolling *= base
-            rolling += olds[t:t + n]
+        rolling = np.correlate(np.array(window, dtype=np.uint64), _weights(k), "valid")
         warm = k - 1 - self._keys
         self._keys += n
         if warm > 0:  # the stream's first keys: no shingle ends there yet
             rolling = rolling[warm:]
-        rolling *= np.uint64(_MIX)
-        # ``mixed >> (56 - maxbits)``: the shingle's slot in the full-size table and its
-        # fingerprint, ``slot << 8 | fp`` (small ints from here on).
         fulls: list[int] = (rolling >> np.uint64(64 - self._maxbits - 8)).tolist()
         pairs = self._pairs
         fps = self._fps
