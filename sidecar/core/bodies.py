@@ -3,8 +3,9 @@
 Every function returns a new value and leaves its input alone. The API modules build
 their own request bodies (what a first attempt or a reissue sends) from these: merging a
 thinking-off patch, telling whether the client turned thinking off, the prompt's
-fingerprint for the runaway memory, the useful part of a cut reasoning, and the
-prompt's size estimated when the upstream reported none.
+fingerprint for the runaway memory, the useful part of a cut reasoning, the prompt's
+size estimated when the upstream reported none, and the agent-loop note added to a
+``messages`` history.
 """
 
 from __future__ import annotations
@@ -95,3 +96,14 @@ def prompt_estimate(raw: bytes) -> int:
     :data:`BYTES_PER_PROMPT_TOKEN` bytes of JSON, about what tokenizers make of English
     and code, JSON syntax and template tokens roughly even."""
     return max(1, len(raw) // BYTES_PER_PROMPT_TOKEN)
+
+
+def with_user_note(body: Mapping[str, Any], note: str) -> dict[str, Any] | None:
+    """``body`` with ``note`` appended to its ``messages`` as a user message, when the
+    history ends with a tool result or a user turn (a system message anywhere but first is
+    refused by some chat templates); None when it has no such ``messages`` list."""
+    messages = body.get("messages")
+    if (not isinstance(messages, list) or not messages or not isinstance(messages[-1], dict)
+            or messages[-1].get("role") not in ("tool", "user")):
+        return None
+    return {**body, "messages": [*messages, {"role": "user", "content": note}]}

@@ -28,7 +28,12 @@ from sidecar.apis.ollama.attempt import OllamaAttempt
 from sidecar.apis.ollama.fold import LineKind, OllamaFold
 from sidecar.apis.ollama.splice import OllamaSplicer
 from sidecar.config import Config, ThinkingOffRule
-from sidecar.core.bodies import prompt_fingerprint, thinking_disabled, with_thinking_off
+from sidecar.core.bodies import (
+    prompt_fingerprint,
+    thinking_disabled,
+    with_thinking_off,
+    with_user_note,
+)
 from sidecar.core.wire import Opened, RequestFacts, WireApi
 from sidecar.dialects import Dialect
 from sidecar.labels import Thinking, WatchedRoute
@@ -114,12 +119,7 @@ class OllamaApi(WireApi):
 
     def with_loop_note(self, body: Mapping[str, Any], note: str) -> dict[str, Any] | None:
         """A chat body with ``note`` as a user message after the tool results."""
-        messages = body.get("messages")
-        if (self.kind != "chat" or not isinstance(messages, list) or not messages
-                or not isinstance(messages[-1], dict)
-                or messages[-1].get("role") not in ("tool", "user")):
-            return None
-        return {**body, "messages": [*messages, {"role": "user", "content": note}]}
+        return with_user_note(body, note) if self.kind == "chat" else None
 
     def error_body(self, status: int, message: str, error_type: str,
                    param: str | None = None) -> bytes:

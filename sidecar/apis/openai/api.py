@@ -46,6 +46,7 @@ from sidecar.core.bodies import (
     prompt_fingerprint,
     thinking_disabled,
     with_thinking_off,
+    with_user_note,
 )
 from sidecar.core.wire import CUT_NOTE, Opened, RequestFacts, WireApi
 from sidecar.dialects import Dialect
@@ -237,14 +238,8 @@ class OpenAIApi(WireApi):
         return chat_history(body, window) if self.kind == "chat" else []
 
     def with_loop_note(self, body: Mapping[str, Any], note: str) -> dict[str, Any] | None:
-        """A chat body with ``note`` as a user message after the tool results (a system
-        message anywhere but first is refused by some chat templates)."""
-        messages = body.get("messages")
-        if (self.kind != "chat" or not isinstance(messages, list) or not messages
-                or not isinstance(messages[-1], dict)
-                or messages[-1].get("role") not in ("tool", "user")):
-            return None
-        return {**body, "messages": [*messages, {"role": "user", "content": note}]}
+        """A chat body with ``note`` as a user message after the tool results."""
+        return with_user_note(body, note) if self.kind == "chat" else None
 
     def clean_history(self, body: Mapping[str, Any], cut: set[str]) -> dict[str, Any]:
         out = dict(body)
