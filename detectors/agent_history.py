@@ -24,7 +24,7 @@ upstream judges it.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import orjson
@@ -93,24 +93,26 @@ class _Builder:
         return self.events
 
 
-def _entries(body: Mapping[str, Any], key: str, window: int) -> list[tuple[int, Any]]:
-    """The last ``_SPAN * window`` entries of ``body[key]`` with their indices, newest
-    first (empty when it is not a list)."""
+def _entries(out: _Builder, body: Mapping[str, Any], key: str,
+             window: int) -> Iterator[tuple[int, dict[str, Any]]]:
+    """The last ``_SPAN * window`` entries of ``body[key]`` that are objects, with their
+    indices, newest first, while ``out`` has budget left (none when it is not a list)."""
     items = body.get(key)
     if not isinstance(items, list):
-        return []
+        return
     start = max(0, len(items) - _SPAN * window)
-    return [(i, items[i]) for i in range(len(items) - 1, start - 1, -1)]
+    for index in range(len(items) - 1, start - 1, -1):
+        if out.budget <= 0:
+            return
+        item = items[index]
+        if isinstance(item, dict):
+            yield index, item
 
 
 def messages_history(body: Mapping[str, Any], window: int) -> list[Event]:
     """``POST /v1/messages``: the trailing history of ``body["messages"]``, oldest first."""
     out = _Builder(window)
-    for index, message in _entries(body, "messages", window):
-        if out.budget <= 0:
-            break
-        if not isinstance(message, dict):
-            continue
+    for index, message in _entries(out, body, "messages", window):
         content = message.get("content")
         blocks = content if isinstance(content, list) else []
         if message.get("role") == "assistant":
@@ -158,11 +160,7 @@ def responses_history(body: Mapping[str, Any], window: int) -> list[Event]:
                 out.reply(texts[0][0], "\n".join(t for _, t in reversed(texts)))
         group.clear()
 
-    for index, item in _entries(body, "input", window):
-        if out.budget <= 0:
-            break
-        if not isinstance(item, dict):
-            continue
+    for index, item in _entries(out, body, "input", window):
         if _is_assistant_item(item):
             group.append((index, item))
             continue
@@ -182,11 +180,7 @@ def chat_history(body: Mapping[str, Any], window: int) -> list[Event]:
     """``POST /v1/chat/completions``: the trailing history of ``body["messages"]``,
     oldest first."""
     out = _Builder(window)
-    for index, message in _entries(body, "messages", window):
-        if out.budget <= 0:
-            break
-        if not isinstance(message, dict):
-            continue
+    for index, message in _entries(out, body, "messages", window):
         role = message.get("role")
         if role == "assistant":
             calls = _chat_calls(message)
@@ -215,11 +209,7 @@ def ollama_history(body: Mapping[str, Any], window: int) -> list[Event]:
     are its calls' results, by position (as Ollama renders them to the model)."""
     out = _Builder(window)
     results: list[object] = []  # the tool messages after this entry, newest first
-    for index, message in _entries(body, "messages", window):
-        if out.budget <= 0:
-            break
-        if not isinstance(message, dict):
-            continue
+    for index, message in _entries(out, body, "messages", window):
         role = message.get("role")
         if role == "tool":
             results.append(message.get("content"))
