@@ -36,15 +36,14 @@ conclusion do it dozens of times.
 
 Memory: the current line and the run being read (at most :data:`MAX_LINE` characters
 each), a table of counters with each statement's 32-bit hash, and a ring of the last
-:data:`RING` statements, a slot and a channel offset each (3.4 KiB at most), allocated
+:data:`RING` statements, a hash and a channel offset each (4.5 KiB at most), allocated
 with the first statement. The table has at least twice as many slots as the ring holds
 statements: :data:`FIRST_SLOTS` (320 bytes) at first, doubling as the ring fills, up to
 :data:`SLOTS` (5 KiB) for a full ring; most channels keep a few dozen statements in their
 window and never grow it. A statement older than the ring is forgotten even inside the
-window; two statements with the same hash count together (one in 2^32), and a statement
-whose probe chain lost a slot to expiry starts a new count until the table next grows
-(which merges the two): the count can be off only in such rare cases, and only downward
-but for the shared hash.
+window. A count is the statement's copies in the window (a deletion shifts the probe run
+back, so no lookup stops short of its statement), except that two statements with the
+same hash count together (one in 2^32) and a count stops at 254.
 """
 
 from __future__ import annotations
@@ -69,7 +68,7 @@ MIN_WORDS_WITH_DIGITS = 5
 MAX_LINE = 320
 #: A longer line is prose, never a step of a run.
 RUN_LINE = 100
-#: Statements remembered (their slot and offset) ...
+#: Statements remembered (their hash and offset) ...
 RING = 512
 #: ... in a table of at most this many counters (a power of two, at most half full) ...
 SLOTS = 1024
