@@ -28,7 +28,8 @@ class DetectorConfig:
     recurrence_shingle: int = 8
     #: How many recent shingles the recurrence detector remembers (power of two, <= 16384).
     recurrence_history: int = 8192
-    #: A shingle counts as recurring when seen at least this many times before.
+    #: A shingle counts as recurring when seen at least this many times before (1..3:
+    #: the counters stop at 3).
     recurrence_min_seen: int = 2
     #: Sliding window of the recurrence score, in 256-character blocks.
     recurrence_window_blocks: int = 3
@@ -43,6 +44,7 @@ class DetectorConfig:
     #: Earlier sightings a shingle on a code line (inside a ``` fence, or indented under a
     #: line ending in ``:``/``{``) needs before it counts as copied, in both rules: 3 lets a
     #: function be quoted, rewritten and re-checked; a fourth copy counts (prose: 1 and 2).
+    #: At most 3, as ``recurrence_min_seen``.
     recurrence_code_min_seen: int = 3
 
     #: Run the exact periodic-tail detector.

@@ -53,7 +53,7 @@ bits (1 KiB, allocated by the first list that needs it); a collision can only ma
 list count as a repeat.
 
 The shingles and their counts are :class:`~detectors.shingles.ShingleTable`'s: a bounded
-table of fingerprinted four-bit counters and a ring of the last ``history`` shingles (24 KiB
+table of fingerprinted two-bit counters and a ring of the last ``history`` shingles (16 KiB
 of table and 16 KiB of ring at the default 8192, allocated as the text grows; see
 :mod:`detectors.shingles`). This module reads the lines, the code and the lists, and scores.
 
@@ -176,15 +176,19 @@ class RecurrenceAnalyzer:
         evidence: float = 2.0,
         code_min_seen: int = 3,
     ) -> None:
+        for key, seen in (("recurrence_min_seen", min_seen),
+                          ("recurrence_code_min_seen", code_min_seen)):
+            if not 1 <= seen <= TOP:  # a count is at most ``TOP``
+                raise ValueError(f"{key} must be in 1..{TOP}, got {seen}")
         self._table = ShingleTable(shingle, history)
         self._k = shingle
         self._keys = 0  # the channel's keys so far
         # Earlier sightings a shingle needs to count for the accumulation and for the
         # window, in prose (1 and ``min_seen``) and on a code line (code may come back once
-        # more than prose before it counts); a count is at most ``TOP``.
-        self._min_seen = min(TOP + 1, max(1, min_seen))
-        self._code1 = min(TOP + 1, max(1, code_min_seen))
-        self._code2 = min(TOP + 1, max(1, min_seen, code_min_seen))
+        # more than prose before it counts).
+        self._min_seen = min_seen
+        self._code1 = code_min_seen
+        self._code2 = max(min_seen, code_min_seen)
         self._threshold = threshold
         self._drift = drift
         self._evidence = evidence

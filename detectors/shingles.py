@@ -3,30 +3,41 @@
 A *shingle* is ``k`` consecutive keys of a stream (the keys are pseudo-tokens; case does
 not matter). :class:`ShingleTable` takes a stream's keys in batches and answers, for every
 shingle that ends at one of them, how many times it was seen among the last ``history``
-shingles before it (0 to 15). The first ``k - 1`` keys of a stream end no shingle.
+shingles before it (0 to :data:`TOP`, 3). The first ``k - 1`` keys of a stream end no shingle.
 
-The table has up to ``2 * history`` four-bit counters, each with a one-byte fingerprint,
-probed in pairs (slot, slot ^ 1) whose two counters share a byte: a shingle is *seen* only
-when its fingerprint matches, so collisions do not fake recurrence (a full pair drops the
-shingle, which can only under-count). A counter stops at 15: a shingle seen more often
-within the history (a loop long past its verdict) is under-counted as its copies expire.
-A shingle's slot is the top bits of its hash, as many as the table is large, and its
-fingerprint the 8 bits below those of the full-size table, so a table that grows keeps
-every fingerprint. A ring remembers where each of the last ``history`` shingles went, so
-the oldest is forgotten once the ring is full (while the table grows it keeps each
+The table has up to ``2 * history`` one-byte slots, each a six-bit fingerprint over a
+two-bit counter, probed in pairs (slot, slot ^ 1): a shingle is *seen* only when its
+fingerprint matches, so most collisions do not fake recurrence (a full pair drops the
+shingle, which can only under-count). A counter stops at 3, the most its reader asks (a
+shingle is copied when seen once before in prose, twice for the window rule, three times
+on a code line): a sighting past that is not counted, and its ring entry says so, so the
+counter always holds exactly its counted sightings still in the window. A shingle seen more
+often within the history (a loop long past its verdict) is under-counted as its counted
+copies expire, down to 2 while the loop goes on (each new copy is counted again once one
+has expired). A shingle's slot is the top bits of its hash, as many as the table is large,
+and its fingerprint the 6 bits below those of the full-size table, so a table that grows
+keeps every fingerprint. A ring remembers where each of the last ``history`` shingles went,
+so the oldest is forgotten once the ring is full (while the table grows it keeps each
 shingle's full-size slot and fingerprint, to insert it again).
 
 Memory grows with the text. The table is allocated by the first :meth:`~ShingleTable.reserve`,
 sized to at least eight slots per shingle the ring will hold after the batch it reserves for
 (4,096 slots at least: 512 shingles, about 2,000 characters, so a short stream never
 re-inserts), and doubles, re-inserting the ring's shingles in their order, until it has its
-full ``2 * history`` slots (8 + 16 KiB at the default 8192) once the ring holds more than
+full ``2 * history`` slots (16 KiB at the default 8192) once the ring holds more than
 ``history / 8`` shingles. Until then it holds at most one ring entry per eight slots, a
 quarter of the full-size table's load once the ring is full, so it drops fewer shingles
 than that table does. The ring takes 4 bytes per shingle while the table grows, then 2,
 allocated by powers of two of entries (one allocation each, not a realloc per few
 appends) up to ``history`` of them (16 KiB), then wraps. A stream idle after 400 tokens (about 370
-shingles) holds 6 KiB of table, not 24.
+shingles) holds 4 KiB of table, not 16.
+
+Why six bits and three: the fingerprints and counters are most of a stream's memory. A
+shingle that is new is taken for a copy when one of its pair's two slots holds another
+shingle with its fingerprint: with the full-size table at most half full, at most one such
+false sighting in 64 new shingles (one in 256 with eight bits), against the ``drift`` of
+0.45 each block's share of copies must beat to add evidence. Counts above 3 told the
+detector nothing it reads.
 """
 
 from __future__ import annotations
@@ -39,16 +50,19 @@ import numpy.typing as npt
 
 _BASE = 0x100000001B3
 _MIX = 0x9E3779B97F4A7C15
-#: Ring entry of a shingle the table had no room for (nothing to forget when it expires).
+#: Ring entry of a shingle that was not counted (the table had no room for it, or its
+#: counter was at :data:`TOP`): nothing to forget when it expires.
 _DROPPED = 0xFFFF
 #: The same, while the table grows (the ring's entries are wider then).
 _GONE = 0xFFFFFFFF
-#: The smallest table, in bits (4,096 slots, 6 KiB with the fingerprints). Every doubling
-#: re-inserts the ring's shingles one by one; from 1,024 slots a 300-token stream spent
-#: about a tenth of its watching on two of them.
+#: The smallest table, in bits (4,096 slots, 4 KiB). Every doubling re-inserts the ring's
+#: shingles one by one; from 1,024 slots a 300-token stream spent about a tenth of its
+#: watching on two of them.
 _MIN_BITS = 12
-#: A counter's largest value (four bits).
-TOP = 15
+#: A fingerprint's width in bits; a slot's byte is ``fingerprint << 2 | counter``.
+_FP_BITS = 6
+#: A counter's largest value (two bits).
+TOP = 3
 #: Joins a batch of keys so that one ``lower``, ``encode`` and ``split`` serve them all,
 #: and ``map(crc32, ...)`` hashes them without a Python step per key. No key holds it (the
 #: blocker's tokens hold no carriage return), and it is neither cased nor case-ignorable,
@@ -57,26 +71,32 @@ _SEP = "\r"
 _SEP_BYTES = b"\r"
 
 
-def _other_slot(pairs: bytearray, fps: bytearray, slot: int, fp: int) -> int:
-    """Where a shingle goes whose own ``slot`` holds another fingerprint or nothing: the
-    pair's other slot if that holds ``fp``; else the first free slot of the pair, whose
-    fingerprint becomes ``fp``; else ``_DROPPED`` (the pair is full). A pair's byte holds
-    the even slot's counter in its low four bits, the odd slot's in its high four."""
-    b = pairs[slot >> 1]
-    alt = slot ^ 1
-    if slot & 1:
-        c, c2 = b >> 4, b & 15
-    else:
-        c, c2 = b & 15, b >> 4
-    if c2 and fps[alt] == fp:
-        return alt
-    if not c:
-        fps[slot] = fp
-        return slot
-    if not c2:
-        fps[alt] = fp
-        return alt
-    return _DROPPED
+def _place(table: bytearray, slot: int, want: int) -> tuple[int, int]:
+    """Count a sighting of the shingle whose home is ``slot`` and whose byte with a zero
+    counter is ``want``: return where it went and how many times it was seen before (0 for
+    a new one). It is seen in the pair's slot that holds its fingerprint with a counter;
+    a new one takes its home if free, else the pair's other slot if free; else it is not
+    counted (a full pair) and the slot is ``_DROPPED``, as is one whose counter was at
+    :data:`TOP`. A free slot's byte is 0 (expiry clears it)."""
+    b = table[slot]
+    if not 0 < b - want <= TOP:
+        alt = slot ^ 1
+        b2 = table[alt]
+        if 0 < b2 - want <= TOP:
+            slot, b = alt, b2
+        elif not b:
+            table[slot] = want + 1
+            return slot, 0
+        elif not b2:
+            table[alt] = want + 1
+            return alt, 0
+        else:
+            return _DROPPED, 0
+    c = b - want
+    if c == TOP:
+        return _DROPPED, c
+    table[slot] = b + 1
+    return slot, c
 
 
 _WEIGHTS: dict[int, npt.NDArray[np.uint64]] = {}
@@ -99,15 +119,14 @@ class ShingleTable:
     __slots__ = (
         "_bits",
         "_filled",
-        "_fps",
         "_k",
         "_keys",
         "_last",
         "_maxbits",
-        "_pairs",
         "_ring",
         "_rpos",
         "_sized",
+        "_table",
     )
 
     def __init__(self, shingle: int, history: int) -> None:
@@ -117,14 +136,13 @@ class ShingleTable:
         self._maxbits = (history * 2).bit_length() - 1
         # The table is allocated by the first ``reserve`` (a stream that ends, or sits idle,
         # before it never pays for it) and grows with the ring (``_grow``); ``_bits`` is its
-        # current size in bits.
+        # current size in bits. A slot's byte is its fingerprint over its counter, 0 if free.
         self._bits = 0
-        self._pairs = bytearray()  # a pair's two counters, low nibble for the even slot
-        self._fps = bytearray()
+        self._table = bytearray()
         # While the table grows, a ring entry is the shingle's slot in the full-size table
-        # and its fingerprint, ``slot << 8 | fp`` (what ``_grow`` needs to insert it again),
+        # and its fingerprint, ``slot << 6 | fp`` (what ``_grow`` needs to insert it again),
         # or ``_GONE``; once the table is full-size, the ring becomes two bytes an entry,
-        # the slot the shingle went to (what expiry needs) or ``_DROPPED``.
+        # the slot whose counter the shingle raised (what expiry lowers) or ``_DROPPED``.
         self._ring = array("I")
         self._rpos = 0
         self._sized = False  # the table and the ring have their full sizes: nothing to reserve
@@ -159,13 +177,13 @@ class ShingleTable:
     def _grow(self, shingles: int) -> None:
         """Size the table to at least eight slots per shingle for ``shingles`` ring entries
         (at most the full size) and insert the ring's shingles again, oldest first, exactly
-        as they were first inserted; a shingle that finds its pair full is dropped."""
+        as they were first inserted; a shingle that finds its pair full, or its counter at
+        :data:`TOP`, is not counted."""
         bits = min(self._maxbits, max(_MIN_BITS, (shingles * 8 - 1).bit_length()))
         if bits <= self._bits:
             return
         less = self._maxbits - bits
-        pairs = bytearray(1 << (bits - 1))
-        fps = bytearray(1 << bits)
+        table = bytearray(1 << bits)
         ring = self._ring
         # Once full-size, two bytes an entry: a slot, or ``_DROPPED``; written in place
         # (an iterator or a generator over the old ring would hold one int object per
@@ -178,21 +196,12 @@ class ShingleTable:
             if entry == _GONE:
                 slots[i] = _DROPPED if not less else _GONE
                 continue
-            fp = entry & 0xFF
-            slot = entry >> (8 + less)
-            b = pairs[slot >> 1]
-            c = (b >> 4) if slot & 1 else (b & 15)
-            if not c or fps[slot] != fp:
-                slot = _other_slot(pairs, fps, slot, fp)
-                if slot == _DROPPED:
-                    slots[i] = _DROPPED if not less else _GONE
-                    continue
-                c = (b >> 4) if slot & 1 else (b & 15)
-            if c < TOP:
-                pairs[slot >> 1] = b + (16 if slot & 1 else 1)
+            slot, _ = _place(table, entry >> (_FP_BITS + less), (entry & 63) << 2)
             if not less:
                 slots[i] = slot
-        self._pairs, self._fps, self._bits, self._ring = pairs, fps, bits, slots
+            elif slot == _DROPPED:
+                slots[i] = _GONE
+        self._table, self._bits, self._ring = table, bits, slots
         if not less:
             # ``reserve`` sizes the two-byte ring from here on: the entries not written yet
             # hold ``_DROPPED`` (nothing to forget), so the ring fills as it wraps, in one path.
@@ -222,46 +231,32 @@ class ShingleTable:
         self._keys += n
         if warm > 0:  # the stream's first keys: no shingle ends there yet
             rolling = rolling[warm:]
-        fulls: list[int] = (rolling >> np.uint64(64 - self._maxbits - 8)).tolist()
-        pairs = self._pairs
-        fps = self._fps
+        fulls: list[int] = (rolling >> np.uint64(64 - self._maxbits - _FP_BITS)).tolist()
+        table = self._table
         ring = self._ring
         wrap = (1 << (self._maxbits - 1)) - 1  # ``history`` is a power of two
         less = self._maxbits - self._bits
-        slot_shift = 8 + less  # the slot in the table as large as it is now
+        slot_shift = _FP_BITS + less  # the slot in the table as large as it is now
         rpos = self._rpos
         filled = self._filled
         dropped, top = _DROPPED, TOP
         append = counts.append
         for full in fulls:
             slot = full >> slot_shift
-            fp = full & 0xFF
-            pi = slot >> 1
-            b = pairs[pi]
-            if not b:
+            want = (full & 63) << 2
+            b = table[slot]
+            if not b and not table[slot ^ 1]:
                 # Both slots of the pair are free (most pairs, in a table with room): a new
-                # shingle takes its own slot. What the general test below would do, in the
-                # fewest steps.
-                fps[slot] = fp
-                pairs[pi] = 16 if slot & 1 else 1
+                # shingle takes its home. What ``_place`` would do, in the fewest steps.
+                table[slot] = want + 1
+            elif 0 < b - want < top:
+                # Seen before in its home, below the top: the most common sighting.
+                table[slot] = b + 1
+                append(b - want)
             else:
-                c = (b >> 4) if slot & 1 else (b & 15)
-                if not c or fps[slot] != fp:
-                    # ``_other_slot``, inlined: a call here costs 10 % of the analyzer's time.
-                    alt = slot ^ 1
-                    c2 = (b >> 4) if alt & 1 else (b & 15)
-                    if c2 and fps[alt] == fp:
-                        slot, c = alt, c2
-                    elif not c:
-                        fps[slot] = fp
-                    elif not c2:
-                        slot, c = alt, 0
-                        fps[alt] = fp
-                    else:
-                        slot, c = dropped, 0
-                # Count this sighting (the slot stays in the pair: ``pi`` and ``b`` hold).
-                if slot != dropped and c < top:
-                    pairs[pi] = b + (16 if slot & 1 else 1)
+                # ``_place`` for the rest: the pair's other slot, a full pair or a counter
+                # at the top (a call per shingle here cost 10 % of the analyzer's time).
+                slot, c = _place(table, slot, want)
                 if c:
                     append(c)
             if less:  # the table still grows: the ring keeps full-size slots and fps
@@ -271,13 +266,8 @@ class ShingleTable:
                 o = ring[rpos]
                 ring[rpos] = slot
                 rpos = (rpos + 1) & wrap
-                if o != dropped:  # forget the oldest shingle
-                    po = o >> 1
-                    b = pairs[po]
-                    if o & 1:
-                        if b >> 4:
-                            pairs[po] = b - 16
-                    elif b & 15:
-                        pairs[po] = b - 1
+                if o != dropped:  # forget the oldest counted sighting
+                    b = table[o] - 1
+                    table[o] = b if b & 3 else 0
         self._rpos, self._filled = rpos, filled
         return counts

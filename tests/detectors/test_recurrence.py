@@ -14,6 +14,7 @@ from detectors.blocks import Block, Blocker
 from detectors.chain import Chain, default_chain, text_analyzers
 from detectors.recurrence import RecurrenceAnalyzer
 from detectors.replay import split_stream
+from detectors.shingles import TOP
 from detectors.tokenize import split_deltas
 
 
@@ -111,7 +112,7 @@ def test_each_text_detector_stays_under_64_kib() -> None:
 
 def test_chain_allocates_recurrence_tables_only_once_text_arrives() -> None:
     """A stream idle before its first 256-character block holds no recurrence tables; the
-    first block allocates the smallest (4,096 slots: 6 KiB), not the full 24 KiB."""
+    first block allocates the smallest (4,096 slots: 4 KiB), not the full 16 KiB."""
     tracemalloc.start()
     base = tracemalloc.get_traced_memory()[0]
     chain = default_chain(DetectorConfig())
@@ -123,7 +124,7 @@ def test_chain_allocates_recurrence_tables_only_once_text_arrives() -> None:
     grown = tracemalloc.get_traced_memory()[0] - base
     tracemalloc.stop()
     assert young < 16 * 1024, young
-    assert 6 * 1024 <= grown - young < 8 * 1024, (young, grown)
+    assert 4 * 1024 <= grown - young < 6 * 1024, (young, grown)
 
 
 def test_chains_of_one_config_share_factories_not_state() -> None:
@@ -166,16 +167,16 @@ def _held(words: int, history: int) -> int:
 
 
 def test_table_and_ring_grow_with_the_text() -> None:
-    """The table holds eight slots (1.5 bytes each) per shingle, rounded up to a power of
+    """The table holds eight one-byte slots per shingle, rounded up to a power of
     two, until it reaches its full ``2 * history`` slots past ``history / 8`` shingles;
     the ring costs 2-4 bytes per shingle (a power of two of entries) until it holds
     ``history`` of them, then wraps. A short stream does not pay for the whole history up
     front, a long one does not grow past it."""
     history = DetectorConfig().recurrence_history
-    full = 3 * history  # four-bit counters and one-byte fingerprints
+    full = 2 * history  # one byte a slot: a six-bit fingerprint over a two-bit counter
     fixed = 4 * 1024  # the analyzer itself, its window and its spare room, at most
-    # 300 shingles: a 4,096-slot table (6 KiB) and the ring, not 24 KiB.
-    assert 6 * 1024 <= _held(300, history) < 6 * 1024 + 3 * 300 + fixed
+    # 300 shingles: a 4,096-slot table (4 KiB) and the ring, not 16 KiB.
+    assert 4 * 1024 <= _held(300, history) < 4 * 1024 + 3 * 300 + fixed
     # Past history / 8 shingles the table is full-size; the ring holds a power of two of
     # entries, 2 bytes each (allocated whole, not grown by appends).
     analyzer, held = _fed(1_200, history)
@@ -187,16 +188,17 @@ def test_table_and_ring_grow_with_the_text() -> None:
     # compared with each other: allocator noise moved them by 1,092 bytes once (issue 29).
     for words in (history + 500, 3 * history):
         analyzer, held = _fed(words, history)
-        assert (len(analyzer._table._pairs), len(analyzer._table._fps)) == (history, 2 * history)
+        assert len(analyzer._table._table) == 2 * history
         assert (len(analyzer._table._ring), analyzer._table._ring.itemsize) == (history, 2)
         assert full + 2 * history <= held < full + 2 * history + fixed
 
 
 def test_saturated_counters_expire_without_touching_their_pair() -> None:
-    """Counters stop at 15. A phrase looped far past that, then forgotten, leaves no count
-    behind, and its pair neighbours keep theirs: once the ring holds only fresh shingles,
-    the counters add up to exactly the ring's entries (nothing left over, nothing taken
-    from a neighbour)."""
+    """Counters stop at 3, and a sighting past that is not counted (its ring entry says
+    so). A phrase looped far past that, then forgotten, leaves no count behind, and its
+    pair neighbours keep theirs: once the ring holds only fresh shingles, the counters add
+    up to exactly the ring's counted entries (nothing left over, nothing taken from a
+    neighbour), and each counted entry's slot has a count."""
     history = 256
     analyzer = RecurrenceAnalyzer(2, history, 2, 1, 2.0, 0.45, float("inf"))
     blocker = Blocker()
@@ -204,22 +206,50 @@ def test_saturated_counters_expire_without_touching_their_pair() -> None:
     fresh = " ".join(f"w{i}x{i * 7919 % 10007}" for i in range(3 * history))
     for block in blocker.push(loop + fresh) or []:
         assert analyzer.analyze(block) is None
-    pairs = analyzer._table._pairs
-    counts = [(b & 15) for b in pairs] + [(b >> 4) for b in pairs]
+    table = analyzer._table._table
+    counts = [b & 3 for b in table]
     kept = [slot for slot in analyzer._table._ring if slot != 0xFFFF]
-    assert max(counts) < 15  # fresh text: the loop's counters are gone
+    assert max(counts) < TOP  # fresh text: the loop's counters are gone
     assert sum(counts) == len(kept)
     for slot in kept:
-        assert (pairs[slot >> 1] >> ((slot & 1) << 2)) & 15 >= 1
+        assert table[slot] & 3 >= 1
 
 
-def test_a_looped_shingle_counts_up_to_15() -> None:
-    """The evidence of a verbatim loop reports at most 16 sightings: the counter stops at
-    15 and the loop is not lost because of it."""
+def test_a_counter_holds_its_counted_sightings_while_a_loop_goes_on() -> None:
+    """In a short loop that runs past the ring, each counter equals the ring entries that
+    point at it (the sightings past the top are not counted, so expiry takes only what was
+    added), and a looped shingle keeps reporting at least ``min_seen`` (2) sightings."""
+    history = 256
+    analyzer = RecurrenceAnalyzer(2, history, 2, 1, 2.0, 0.45, float("inf"))
+    blocker = Blocker()
+    for block in blocker.push("one two three four five six seven " * 400) or []:
+        analyzer.analyze(block)
+    ring = analyzer._table._ring
+    table = analyzer._table._table
+    for slot in set(ring) - {0xFFFF}:
+        assert table[slot] & 3 == sum(1 for entry in ring if entry == slot)
+    assert analyzer.window_score == 1.0
+
+
+def test_a_looped_shingle_counts_up_to_the_top() -> None:
+    """The evidence of a verbatim loop reports at most ``TOP + 1`` sightings: the counter
+    stops at ``TOP`` and the loop is not lost because of it."""
     loop = "Let me check the seventh jug once more before moving on. " * 60
-    verdict = feed_text(loop)
+    alone = DetectorConfig(**{f"{name}_enabled": False for name in
+                              ("periodic", "restatement", "sentences", "degeneration")})
+    verdict = feed_text(loop, config=alone)
     assert verdict is not None
-    assert 2 <= verdict.evidence.count <= 16
+    assert verdict.detector == "recurrence"
+    assert 2 <= verdict.evidence.count <= TOP + 1
+
+
+@pytest.mark.parametrize("key", ["recurrence_min_seen", "recurrence_code_min_seen"])
+@pytest.mark.parametrize("seen", [0, TOP + 1])
+def test_a_count_the_counters_cannot_hold_is_refused(key: str, seen: int) -> None:
+    """A threshold of sightings outside 1..TOP is a configuration error, not a detector
+    that silently never counts: building the chain names the key."""
+    with pytest.raises(ValueError, match=key):
+        default_chain(DetectorConfig(**{key: seen}))
 
 
 def test_counts_survive_the_table_growing() -> None:
@@ -276,12 +306,13 @@ def _feed(chain: Chain, channel: Channel, text: str) -> Verdict | None:
     return None
 
 
-def test_a_chain_deep_in_its_reasoning_holds_under_46_kib() -> None:
+def test_a_chain_deep_in_its_reasoning_holds_under_38_kib() -> None:
     """9,000 characters (about 2,000 tokens) into healthy reasoning, the whole chain holds
-    its full-size recurrence table (24 KiB), the ring (4,096 entries, 8 KiB: a power of
-    two), the periodic window and the rest in under 46 KiB. It held 51 KiB with one-byte
-    counters and an 8,192-character tail, 40.4 KiB with a ring grown by appends (which
-    cost more RSS than that, in the holes its reallocations left)."""
+    its full-size recurrence table (16 KiB), the ring (4,096 entries, 8 KiB: a power of
+    two), the periodic window and the rest in under 38 KiB (32.2 KiB when written). It held
+    51 KiB with one-byte counters and an 8,192-character tail, 40.4 KiB with a ring grown
+    by appends (which cost more RSS than that, in the holes its reallocations left), and
+    about 40 KiB with four-bit counters and eight-bit fingerprints."""
     thinking = "".join(_reasoning(i) for i in (32, 31, 30, 19))[:9000]
     assert len(thinking) == 9000
     pieces = split_deltas(thinking)
@@ -298,14 +329,15 @@ def test_a_chain_deep_in_its_reasoning_holds_under_46_kib() -> None:
         assert chain.feed("thinking", piece, 1, 0.0) is None
     held = tracemalloc.get_traced_memory()[0] - base
     tracemalloc.stop()
-    assert 24 * 1024 <= held < 46 * 1024, held
+    assert 24 * 1024 <= held < 38 * 1024, held
 
 
 def test_a_chain_stops_growing_once_its_ring_is_full() -> None:
     """Past the history (8,192 shingles) a channel's state is flat: the table and the ring
     are full-size and wrap. After about 22,000 tokens of text that never repeats, the
-    chain holds 40 to 47 KiB (table 24, ring 16, the rest: 45 when written), and 22,000
-    tokens more add under 1 KiB (32 bytes when written)."""
+    chain holds 32 to 40 KiB (table 16, ring 16, the rest: 37.7 when written; 45 with
+    four-bit counters and eight-bit fingerprints), and 22,000 tokens more add under 1 KiB
+    (32 bytes when written)."""
     words = [f"w{i}x{i * 7919 % 10007}" for i in range(40_000)]
     text = "".join(" ".join(words[i : i + 10]) + ". " for i in range(0, len(words), 10))
     pieces = split_deltas(text)
@@ -321,7 +353,7 @@ def test_a_chain_stops_growing_once_its_ring_is_full() -> None:
     end = tracemalloc.get_traced_memory()[0] - base
     tracemalloc.stop()
     assert half > 20_000
-    assert 40 * 1024 <= mid < 47 * 1024, mid
+    assert 32 * 1024 <= mid < 40 * 1024, mid
     assert abs(end - mid) < 1024, (mid, end)
 
 

@@ -43,11 +43,11 @@ def test_the_first_keys_end_no_shingle() -> None:
     assert table._rpos == 2
 
 
-def test_a_shingle_counts_its_earlier_sightings_up_to_15() -> None:
+def test_a_shingle_counts_its_earlier_sightings_up_to_the_top() -> None:
     """A shingle written again reports how many times it was seen before, and the count
-    stops at 15; a new shingle is left out of what ``see`` returns."""
+    stops at ``TOP`` (3); a new shingle is left out of what ``see`` returns."""
     counts = _each(["x", "y"] * 40)
-    assert counts[:6] == [0, 0, 0, 1, 1, 2]
+    assert counts[:8] == [0, 0, 0, 1, 1, 2, 2, 3]
     assert counts[2 * TOP + 1] == TOP
     assert max(counts) == TOP
     assert _see(["x", "y"] * 40, [], k=2) == [c for c in counts if c]
@@ -125,5 +125,21 @@ def test_a_shingle_goes_where_the_64_bit_rolling_hash_puts_it() -> None:
         if i < k - 1:
             continue
         mixed = rolling * shingles._MIX % (1 << 64)
-        slot, fp = mixed >> (64 - bits), (mixed >> (56 - maxbits)) & 0xFF
-        assert table._fps[slot] == fp or table._fps[slot ^ 1] == fp, i
+        slot, fp = mixed >> (64 - bits), (mixed >> (58 - maxbits)) & 0x3F
+        assert table._table[slot] >> 2 == fp or table._table[slot ^ 1] >> 2 == fp, i
+
+
+def test_fresh_shingles_are_rarely_taken_for_copies() -> None:
+    """A shingle never written before is *seen* only when its pair holds another shingle
+    with its six-bit fingerprint: with the ring full of distinct shingles (the table at
+    most half full), at most one in 64 new shingles, as the module docstring says."""
+    history = 8192
+    table = ShingleTable(2, history)
+    keys = [f"k{i}" for i in range(4 * history)]
+    false = 0
+    for a in range(0, len(keys), 64):
+        table.reserve(64)
+        counts = table.see(keys[a:a + 64])
+        if a >= 2 * history:  # the ring has wrapped: the table holds ``history`` shingles
+            false += len(counts)
+    assert 0 < false < 2 * history / 64, false
