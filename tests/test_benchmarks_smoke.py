@@ -26,9 +26,11 @@ from benchmarks.floor import READERS, parse_events
 from benchmarks.floor import make_app as make_floor_app
 from benchmarks.floor import make_lean_app as make_lean_floor_app
 from benchmarks.loadgen import APIS, Api, LoadResult, LoadSpec, percentile, run_load
+from benchmarks.margins import scores as margin_scores
 from benchmarks.procs import Proc, cpu_by_process, cpu_seconds, cpu_times, descendants
 from benchmarks.run import _ANSWER_TOKENS, _answer_trace, _hold_idle, _prompt, _serving_pids
 from benchmarks.separation import copied, hedging, stalled_vocabulary
+from detectors import DetectorConfig
 from tests.stack import Stack, start_stack, stop_stack
 
 FIELDS = {
@@ -319,6 +321,18 @@ def test_separation_copied_signal_grows_on_repeats_only() -> None:
     paragraph = "Suppose A is a knight, then B is a knave, so A lied, which is a contradiction. "
     assert copied(fresh, 4, 0.5) == 0.0
     assert copied(paragraph * 120, 4, 0.5) > 10.0  # ~37 blocks, each adding ~0.5
+
+
+def test_margins_scores_stay_low_on_fresh_text_and_reach_the_rules_on_a_loop() -> None:
+    """``margins``: fresh text keeps both recurrence scores at 0; a verbatim loop passes
+    both rules' thresholds (the analyzer's rules are disarmed, the scores keep growing)."""
+    config = DetectorConfig()
+    fresh = " ".join(f"word{i}" for i in range(3000))
+    paragraph = "Suppose A is a knight, then B is a knave, so A lied, which is a contradiction. "
+    assert margin_scores(fresh, config) == (0.0, 0.0)
+    evidence, window = margin_scores(paragraph * 120, config)
+    assert evidence > config.recurrence_evidence
+    assert window > config.recurrence_threshold
 
 
 def test_separation_vocabulary_and_hedging_scores() -> None:
