@@ -43,6 +43,15 @@ _SHARED: dict[bytes, bytes] = {}
 _MAX_SHARED = 1024
 
 
+#: Texts ``_string`` read without a parser, by their bytes, for every stream: a stream's
+#: tokens repeat (" the", ","), and a lookup costs a fraction of the checks and the
+#: decoding. Bounded in entries and in bytes per text; once full, texts are decoded each
+#: time.
+_TEXTS: Final[dict[bytes, str]] = {}
+_MAX_TEXTS: Final[int] = 2048
+_MAX_TEXT_BYTES: Final[int] = 16
+
+
 def _shared(part: bytes) -> bytes:
     """``part``, or the equal bytes object already shared."""
     found = _SHARED.get(part)
@@ -90,14 +99,20 @@ def _string(raw: bytes, start: int, end: int) -> str | None:
     """The JSON string ``raw[start:end]`` (quotes included) decoded, or None when it is not
     one string. Without an escape, a quote or a character a JSON string may not hold raw
     (a control character: not printable), its bytes are its UTF-8 text: decoded without
-    a JSON parser, which costs an allocation and a call per event."""
+    a JSON parser, which costs an allocation and a call per event; a short one is kept
+    (``_TEXTS``) and looked up the next time."""
     inner = raw[start + 1 : end - 1]
+    text = _TEXTS.get(inner)
+    if text is not None:
+        return text
     if 0x5C not in inner and 0x22 not in inner:  # no backslash, no quote
         try:
             text = inner.decode()
         except UnicodeDecodeError:
             return None  # orjson rejects what is not UTF-8 as well
         if text.isprintable():
+            if len(inner) <= _MAX_TEXT_BYTES and len(_TEXTS) < _MAX_TEXTS:
+                _TEXTS[inner] = text
             return text
     try:
         value = orjson.loads(raw[start:end])
