@@ -9,11 +9,11 @@ time is an argument, so a recorded stream replays to the same verdicts.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal, Protocol
+from typing import Final, Literal, Protocol
 
 Channel = Literal["thinking", "content"]
-THINKING: Channel = "thinking"
-CONTENT: Channel = "content"
+THINKING: Final[Channel] = "thinking"
+CONTENT: Final[Channel] = "content"
 
 
 @dataclass(frozen=True, slots=True)

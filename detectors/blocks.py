@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Final
 
 from detectors.tokenize import CJK_RANGES, TOKEN_RE
 
 #: Text detectors run once per this many characters of a channel.
-BLOCK_CHARS = 256
+BLOCK_CHARS: Final[int] = 256
 #: A word longer than this is processed in pieces rather than carried forever.
-_MAX_CARRY = 128
+_MAX_CARRY: Final[int] = 128
 #: Longest indentation kept on a line-break token (more is dropped like other whitespace).
 _MAX_INDENT = 64
 _DETECT_RE = re.compile(rf"{TOKEN_RE.pattern}|\n[ \t]{{0,{_MAX_INDENT}}}")

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import functools
 import math
-import sys
 from collections.abc import Callable
+from typing import Final
 
 from detectors.analyzer import BlockAnalyzer
 from detectors.base import THINKING, Channel, Verdict
@@ -30,6 +30,10 @@ AnalyzerFactory = tuple[str, Callable[[], BlockAnalyzer]]
 #: times (table rows, a field per item); rumination is a thinking-phase behaviour, and an
 #: answer that loops is still caught by the periodic and recurrence detectors.
 THINKING_ONLY = frozenset({"restatement", "sentences"})
+#: The token limit without a token budget: more than any stream has, and small enough
+#: for the compiled build's unboxed ints (``sys.maxsize`` is not: each compare with it
+#: took the slow path, once per thinking delta).
+_NO_TOKEN_LIMIT: Final[int] = 2**60
 
 
 @functools.lru_cache(maxsize=64)
@@ -174,7 +178,8 @@ class Chain:
         self._stall = None if config.stall_seconds is None else Stall(config.stall_seconds)
         # What the per-delta path compares against, so a delta far from every budget makes
         # no call: the budgets' own limits, or limits never reached when a budget is off.
-        self._token_limit = sys.maxsize if self._token_budget is None else self._token_budget.budget
+        self._token_limit = (_NO_TOKEN_LIMIT if self._token_budget is None
+                             else self._token_budget.budget)
         self._deadline = math.inf if self._seconds_budget is None else self._seconds_budget.deadline
         # When the last delta came (the start before the first): the stall detector's clock.
         self._last_at = started_at

@@ -31,7 +31,7 @@ per event parsed in full, so that sharing adds no call per event (only the test 
 from __future__ import annotations
 
 import abc
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
 import orjson
@@ -40,7 +40,7 @@ from detectors.base import CONTENT, THINKING, Channel
 from sidecar.apis.templates import EventTemplates
 from sidecar.codecs.sse import SSEDecoder, SSEError, SSEEvent
 from sidecar.config import ThinkingOffRule
-from sidecar.core.attempt import Attempt, AttemptSpec
+from sidecar.core.attempt import Attempt, AttemptSpec, KeptText
 from sidecar.core.events import MalformedChunk, StreamEvent, ThinkTagSplitter
 from sidecar.core.wire import Fold, RequestFacts, Splicer, WireApi
 from sidecar.errors import UpstreamProtocolError
@@ -142,11 +142,12 @@ class EventAttempt(Attempt):
     NUMBER_KEY: ClassVar[str] = ""
     #: The splicer closes an item a cut leaves open with the upstream's last number and
     #: the item's text: the attempt tells it every ``NUMBER_KEY`` it reads
-    #: (``upstream_sequence``) and every text delta (``_keep``).
+    #: (``upstream_sequence``) and every text delta (``_kept``).
     TELLS: ClassVar[bool] = False
 
-    #: Where ``TELLS``: the splicer's keeper of the open item's text (set by the subclass).
-    _keep: Callable[[str], None]
+    #: Where ``TELLS``: the splicer's keeper of the open item's text (set by the subclass),
+    #: held itself, not its bound ``keep``: the compiled build calls its method directly.
+    _kept: KeptText
 
     def __init__(self, spec: AttemptSpec, splicer: EventSplicer, fold: EventFold | None, *,
                  templates: bool = True) -> None:
@@ -195,7 +196,7 @@ class EventAttempt(Attempt):
                     sequence = templates.number
                     if sequence is not None:
                         self.splicer.upstream_sequence = sequence
-                    self._keep(text)
+                    self._kept.keep(text)
                 if templates.tag is THINKING:
                     self._think(0, text, 1, now)
                 elif self._saw_reasoning:
@@ -235,7 +236,7 @@ class EventAttempt(Attempt):
             sequence = templates.number
             if sequence is not None:
                 self.splicer.upstream_sequence = sequence
-            self._keep(text)
+            self._kept.keep(text)
         if templates.tag is THINKING:  # learned after a reasoning delta: one was seen
             self._think(0, text, 1, now)
         elif self._saw_reasoning:

@@ -19,7 +19,7 @@ import abc
 import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
 
 from detectors import Chain, DetectorConfig, Verdict, default_chain
 from detectors.base import THINKING, Channel
@@ -27,10 +27,10 @@ from detectors.blocks import KeepingBlocker
 from detectors.chain import text_analyzers
 from sidecar.core.events import Done, Finish, StreamError, TextDelta, ToolCallDelta, Usage
 
-MAX_KEPT_REASONING = 32 * 1024  # characters of text a ``KeptText`` keeps
-_KEEP_JOIN = 64  # kept deltas are joined into one string this often (``KeptText``)
+MAX_KEPT_REASONING: Final[int] = 32 * 1024  # characters of text a ``KeptText`` keeps
+_KEEP_JOIN: Final[int] = 64  # kept deltas are joined into one string this often (``KeptText``)
 #: Characters of a choice's reasoning that, with its length, identify it (``reasoning_mark``).
-MARK_HEAD = 256
+MARK_HEAD: Final[int] = 256
 
 
 class KeptText:

@@ -166,6 +166,30 @@ def test_a_number_hole_reads_plain_integers_only() -> None:
     assert templates.hits == 2
 
 
+def _parsed_text(text: bytes) -> str | None:
+    try:
+        value = orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return None
+    return value if isinstance(value, str) and value else None
+
+
+@pytest.mark.parametrize("body", [
+    b"plain", " \u00e9 \u4e2d \U0001f642".encode(), b"a\tb", b"\t", b"a\x7f", b"\x01",
+    "\u2028".encode(), "\u00a0x".encode(), "\ufeff".encode(), "\uffff".encode(),
+    b"\xed\xa0\x80", b"\xff", b"a\xc3", b'a"b', b"a\\nb", b'\\"', b"\\", b"a\\u00e9"])
+def test_a_text_reads_as_a_json_parser_reads_it(body: bytes) -> None:
+    """A text without escapes is decoded from its bytes, not parsed; anything a JSON
+    parser might read otherwise (a control or other non-printable character, bytes that
+    are not UTF-8, a quote, an escape) goes to the parser: a template reads exactly what
+    parsing the string reads, with or without a number hole."""
+    expected = _parsed_text(b'"' + body + b'"')
+    numbered = _learned(_responses_event(b'"w"', b"5"))
+    assert numbered.match(_responses_event(b'"' + body + b'"', b"7")) == expected
+    plain = _learned(_responses_event(b'"w"', b"5"), None)
+    assert plain.match(_responses_event(b'"' + body + b'"', b"5")) == expected
+
+
 def test_a_template_without_a_number_hole_where_the_event_has_none() -> None:
     """A shape without the number (llama.cpp numbers no Responses events) gets a
     template with the text as its only hole; an event whose number is elsewhere than

@@ -64,7 +64,7 @@ class ResponsesAttempt(EventAttempt):
 
     def __init__(self, spec: AttemptSpec, splicer: ResponsesSplicer,
                  fold: ResponsesFold | None, *, templates: bool = True) -> None:
-        self._keep = splicer.kept.keep
+        self._kept = splicer.kept
         super().__init__(spec, splicer, fold, templates=templates)
 
     def _shape(self, kind: Any, obj: dict[str, Any]) -> tuple[Sequence[str], Channel] | None:
@@ -76,21 +76,21 @@ class ResponsesAttempt(EventAttempt):
             text = obj.get("delta")
             if isinstance(text, str) and text:
                 self._saw_reasoning = True
-                self._keep(text)
+                self._kept.keep(text)
                 return [TextDelta(0, THINKING, text, 1)]
             return []
         if kind == "response.output_text.delta":
             text = obj.get("delta")
             if not isinstance(text, str) or not text:
                 return []
-            self._keep(text)
+            self._kept.keep(text)
             if self._saw_reasoning:
                 return [TextDelta(0, CONTENT, text, 1)]
             return self._answer(text)
         if kind == "response.function_call_arguments.delta":
             text = obj.get("delta")
             if isinstance(text, str):
-                self._keep(text)
+                self._kept.keep(text)
             return [ToolCallDelta(0, [obj])]
         if kind == "response.output_item.added":
             self._state(0)
