@@ -183,11 +183,9 @@ class RecurrenceAnalyzer:
         self._table = ShingleTable(shingle, history)
         self._k = shingle
         self._keys = 0  # the channel's keys so far
-        # Earlier sightings a shingle needs to count for the accumulation and for the
-        # window, in prose (1 and ``min_seen``) and on a code line (code may come back once
-        # more than prose before it counts).
-        self._min_seen = min_seen
-        self._code1 = code_min_seen
+        # Sightings a shingle needs to count for the accumulation and the window, in prose
+        # (1 and ``min_seen``) and on a code line (which may come back once more).
+        self._min_seen, self._code1 = min_seen, code_min_seen
         self._code2 = max(min_seen, code_min_seen)
         self._threshold = threshold
         self._drift = drift
