@@ -33,6 +33,7 @@ _MAX_TEMPLATE_BYTES = 1024
 #: Longest number read through a template: orjson reads up to 64-bit integers; a longer
 #: one (never sent) is left to a full parse, which reports it.
 _MAX_DIGITS: Final[int] = 15
+_DIGITS: Final[bytes] = b"0123456789"
 
 
 #: The fixed parts of templates, one bytes object for equal bytes across streams: most are
@@ -188,20 +189,13 @@ class EventTemplates:
         else:
             # The digits run back from the suffix to the mid, which ends in a non-digit
             # (the number's key and colon): the mid's place is the one ``rfind`` would
-            # find, without searching for it.
-            pos = tail
-            value = 0
-            scale = 1
-            while pos > start:
-                byte = raw[pos - 1]
-                if not 0x30 <= byte <= 0x39:
-                    break
-                if tail - pos >= _MAX_DIGITS:
-                    return None
-                value += (byte - 0x30) * scale
-                scale *= 10
-                pos -= 1
-            if pos == tail or (raw[pos] == 0x30 and tail - pos > 1):
+            # find, without searching for it. One ``rstrip`` of at most one digit more
+            # than a number may hold counts them (a loop over the bytes costs 15
+            # bytecodes a digit in the pure build).
+            window = raw[max(start, tail - _MAX_DIGITS - 1) : tail]
+            digits = len(window) - len(window.rstrip(_DIGITS))
+            pos = tail - digits
+            if not 0 < digits <= _MAX_DIGITS or (raw[pos] == 0x30 and digits > 1):
                 return None
             # The mid starts with the closing quote, which a non-empty string puts at
             # ``start + 2`` or later.
@@ -211,7 +205,7 @@ class EventTemplates:
             if at < start + 2 or raw[at:pos] != mid:
                 return None
             end = at + 1
-            number = value
+            number = int(raw[pos:tail])
         text = _string(raw, start, end)
         if text is None:
             return None

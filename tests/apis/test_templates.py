@@ -159,11 +159,13 @@ def test_a_number_hole_reads_plain_integers_only() -> None:
     assert templates.match(_responses_event(b'"\\"x\\u00e9"', b"123456")) == '"x\u00e9'
     assert templates.number == 123456
     assert templates.match(_responses_event(b'"x"', b"0")) is not None
+    assert templates.match(_responses_event(b'"x"', b"123456789012345")) == "x"
+    assert templates.number == 123456789012345  # the most digits read
     for number in (b"07", b"-1", b"1.5", b"1e3", b"1234567890123456", b"", b"x"):
         assert templates.match(_responses_event(b'"x"', number)) is None, number
     for text in (b'""', b'"a","b"', b'"\xff"', b"7", b"null", b'"a'):
         assert templates.match(_responses_event(text, b"9")) is None, text
-    assert templates.hits == 2
+    assert templates.hits == 3
 
 
 def _parsed_text(text: bytes) -> str | None:
