@@ -61,6 +61,7 @@ _GONE = 0xFFFFFFFF
 _MIN_BITS = 12
 #: A fingerprint's width in bits; a slot's byte is ``fingerprint << 2 | counter``.
 _FP_BITS = 6
+_FP_MASK = (1 << _FP_BITS) - 1
 #: A counter's largest value (two bits).
 TOP = 3
 #: Joins a batch of keys so that one ``lower``, ``encode`` and ``split`` serve them all,
@@ -196,7 +197,7 @@ class ShingleTable:
             if entry == _GONE:
                 slots[i] = _DROPPED if not less else _GONE
                 continue
-            slot, _ = _place(table, entry >> (_FP_BITS + less), (entry & 63) << 2)
+            slot, _ = _place(table, entry >> (_FP_BITS + less), (entry & _FP_MASK) << 2)
             if not less:
                 slots[i] = slot
             elif slot == _DROPPED:
@@ -239,11 +240,11 @@ class ShingleTable:
         slot_shift = _FP_BITS + less  # the slot in the table as large as it is now
         rpos = self._rpos
         filled = self._filled
-        dropped, top = _DROPPED, TOP
+        dropped, top, fp_mask = _DROPPED, TOP, _FP_MASK
         append = counts.append
         for full in fulls:
             slot = full >> slot_shift
-            want = (full & 63) << 2
+            want = (full & fp_mask) << 2
             b = table[slot]
             if not b and not table[slot ^ 1]:
                 # Both slots of the pair are free (most pairs, in a table with room): a new
