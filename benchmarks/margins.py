@@ -15,11 +15,14 @@ with the largest scores: the healthy ones are the margin a change to the detecto
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
+import math
 from pathlib import Path
 
 from detectors import DetectorConfig
 from detectors.blocks import Blocker
+from detectors.chain import text_analyzers
 from detectors.recurrence import RecurrenceAnalyzer
 
 TRACES = Path(__file__).resolve().parent.parent / "tests" / "data" / "traces"
@@ -27,10 +30,11 @@ TRACES = Path(__file__).resolve().parent.parent / "tests" / "data" / "traces"
 
 def scores(thinking: str, config: DetectorConfig) -> tuple[float, float]:
     """The largest accumulated evidence and the largest full-window score over ``thinking``."""
-    analyzer = RecurrenceAnalyzer(
-        config.recurrence_shingle, config.recurrence_history, config.recurrence_min_seen,
-        config.recurrence_window_blocks, float("inf"), config.recurrence_drift, float("inf"),
-        code_min_seen=config.recurrence_code_min_seen)
+    disarmed = dataclasses.replace(config, recurrence_evidence=math.inf,
+                                   recurrence_threshold=math.inf)
+    analyzer = dict(text_analyzers(disarmed))["recurrence"]()  # as the chain builds it
+    if not isinstance(analyzer, RecurrenceAnalyzer):
+        raise TypeError(f"the recurrence factory made a {type(analyzer).__name__}")
     evidence = window = 0.0
     for block in Blocker().push(thinking) or ():
         analyzer.analyze(block)
