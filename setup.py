@@ -1,10 +1,12 @@
 """The optional compiled build of the per-event path; all else is in pyproject.toml.
 
 ``pip install .`` (and ``pip install -e .``) compiles the modules in :data:`COMPILED` with
-mypyc, the compiler that ships with mypy, into C extensions that sit beside their ``.py``
-files; Python imports an extension before the source of the same name. They are the same
-source, type-checked by mypy strict, so the two give the same results: ``tests/test_build.py``
-feeds every trace through both and compares the verdicts.
+mypyc, the compiler that ships with mypy, and those of :data:`C_MODULES` from their C
+source, into C extensions that sit beside their ``.py`` files; Python imports an extension
+before the source of the same name. The mypyc ones are the same source, type-checked by
+mypy strict; a C one implements its module's contract again (``shinglecount.c``: the
+recurrence detector's per-key loop). ``tests/test_build.py`` feeds every trace through
+both builds and compares the verdicts.
 
 The source alone is installed, and runs, when:
 
@@ -24,7 +26,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from setuptools import setup
+from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
 
 #: The per-event path: the detectors' block analysis, the SSE and template decoding, the
@@ -60,6 +62,9 @@ COMPILED = [
     "sidecar/apis/responses/fold.py",
     "sidecar/apis/responses/splice.py",
 ]
+#: Modules written in C beside their pure-Python source (same name, same contract), built
+#: with the mypyc ones and under the same rules: both or neither.
+C_MODULES = ["detectors/shinglecount.c"]
 #: The name of the shared library that holds the compiled modules.
 GROUP = "runaway_sidecar_native"
 #: The setuptools commands that build extensions: the others (metadata, sdist) need none,
@@ -96,7 +101,7 @@ def _remove_built() -> None:
     """Remove the extensions an earlier build left beside the source (an editable
     checkout): they would run instead of it."""
     root = Path(__file__).resolve().parent
-    for path in COMPILED:
+    for path in COMPILED + C_MODULES:
         for built in (root / path).parent.glob(Path(path).stem + ".*.so"):
             built.unlink()
     for built in root.glob(GROUP + "__mypyc.*.so"):
@@ -112,6 +117,8 @@ def _options() -> dict[str, Any]:
             from mypyc.build import mypycify  # noqa: PLC0415 (only to compile)
 
             modules = mypycify(COMPILED, opt_level="3", debug_level="0", group_name=GROUP)
+            modules += [Extension(path.removesuffix(".c").replace("/", "."), [path],
+                                  extra_compile_args=["-O3"]) for path in C_MODULES]
         except (Exception, SystemExit) as exc:  # noqa: BLE001 (the source still works)
             # mypyc exits (SystemExit) when its type check fails: it has printed why.
             reason = f"mypyc failed ({exc!r})"

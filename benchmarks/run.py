@@ -98,6 +98,11 @@ def _setup(upstream: Proc, names: list[str], litellm: Path | None,
             out.append(procs.sidecar(name, upstream.url, name))
         elif name == "enforce-notext":
             out.append(procs.sidecar(name, upstream.url, "enforce", extra=NO_TEXT))
+        elif name.startswith("enforce-no-"):
+            # One text detector off (``enforce-no-recurrence``...): what that one costs.
+            detector = name.removeprefix("enforce-no-")
+            out.append(procs.sidecar(name, upstream.url, "enforce",
+                                     extra=(f"--detectors.{detector}-enabled", "false")))
         elif name == "enforce-w2":
             out.append(procs.sidecar(name, upstream.url, "enforce", workers=2))
         elif name in ("shadow-record", "enforce-record"):

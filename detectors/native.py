@@ -2,7 +2,9 @@
 
 ``setup.py`` compiles the per-event modules of ``detectors`` and ``sidecar`` with mypyc where
 a C compiler is at hand: an extension module then sits beside each one's ``.py``, and Python
-imports the extension first. They are the same source, so they give the same results.
+imports the extension first. They are the same source, so they give the same results
+(``shinglecount`` is written again in C, to the same contract, and compared with its
+source by the tests).
 :func:`select` (called by both packages' ``__init__``, before any of those modules is
 imported) makes every one of them run from its source instead when
 
@@ -59,7 +61,10 @@ def _stale(sources: Sequence[Path], root: Path) -> list[str]:
     for source in sources:
         newest = max(p.stat().st_mtime for p in source.parent.glob(source.stem + ".*")
                      if p.name.endswith(_SUFFIXES))
-        if source.stat().st_mtime > newest + _SLACK:
+        # A module written in C (``shinglecount.c``) is stale when either source is newer.
+        written = max(p.stat().st_mtime for p in (source, source.with_suffix(".c"))
+                      if p.exists())
+        if written > newest + _SLACK:
             stale.append(str(source.relative_to(root)))
     return stale
 

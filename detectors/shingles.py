@@ -43,75 +43,20 @@ detector nothing it reads.
 from __future__ import annotations
 
 from array import array
-from zlib import crc32
 
-import numpy as np
-import numpy.typing as npt
+from detectors.shinglecount import DROPPED as _DROPPED
+from detectors.shinglecount import FP_BITS as _FP_BITS
+from detectors.shinglecount import FP_MASK as _FP_MASK
+from detectors.shinglecount import GONE as _GONE
+from detectors.shinglecount import SEP as _SEP
+from detectors.shinglecount import TOP, count, place
 
-_BASE = 0x100000001B3
-_MIX = 0x9E3779B97F4A7C15
-#: Ring entry of a shingle that was not counted (the table had no room for it, or its
-#: counter was at :data:`TOP`): nothing to forget when it expires.
-_DROPPED = 0xFFFF
-#: The same, while the table grows (the ring's entries are wider then).
-_GONE = 0xFFFFFFFF
+__all__ = ["TOP", "ShingleTable"]
+
 #: The smallest table, in bits (4,096 slots, 4 KiB). Every doubling re-inserts the ring's
 #: shingles one by one; from 1,024 slots a 300-token stream spent about a tenth of its
 #: watching on two of them.
 _MIN_BITS = 12
-#: A fingerprint's width in bits; a slot's byte is ``fingerprint << 2 | counter``.
-_FP_BITS = 6
-_FP_MASK = (1 << _FP_BITS) - 1
-#: A counter's largest value (two bits).
-TOP = 3
-#: Joins a batch of keys so that one ``lower``, ``encode`` and ``split`` serve them all,
-#: and ``map(crc32, ...)`` hashes them without a Python step per key. No key holds it (the
-#: blocker's tokens hold no carriage return), and it is neither cased nor case-ignorable,
-#: so the joined text lowers exactly as each key on its own would (a final sigma stays final).
-_SEP = "\r"
-_SEP_BYTES = b"\r"
-
-
-def _place(table: bytearray, slot: int, want: int) -> tuple[int, int]:
-    """Count a sighting of the shingle whose home is ``slot`` and whose byte with a zero
-    counter is ``want``: return where it went and how many times it was seen before (0 for
-    a new one). It is seen in the pair's slot that holds its fingerprint with a counter;
-    a new one takes its home if free, else the pair's other slot if free; else it is not
-    counted (a full pair) and the slot is ``_DROPPED``, as is one whose counter was at
-    :data:`TOP`. A free slot's byte is 0 (expiry clears it)."""
-    b = table[slot]
-    if not 0 < b - want <= TOP:
-        alt = slot ^ 1
-        b2 = table[alt]
-        if 0 < b2 - want <= TOP:
-            slot, b = alt, b2
-        elif not b:
-            table[slot] = want + 1
-            return slot, 0
-        elif not b2:
-            table[alt] = want + 1
-            return alt, 0
-        else:
-            return _DROPPED, 0
-    c = b - want
-    if c == TOP:
-        return _DROPPED, c
-    table[slot] = b + 1
-    return slot, c
-
-
-_WEIGHTS: dict[int, npt.NDArray[np.uint64]] = {}
-
-
-def _weights(k: int) -> npt.NDArray[np.uint64]:
-    """The correlation weights of a ``k``-key shingle's mixed hash: ``_MIX * _BASE**(k-1-t)``
-    modulo 2**64 for its ``t``-th key, oldest first (made once per ``k``)."""
-    found = _WEIGHTS.get(k)
-    if found is None:
-        found = _WEIGHTS[k] = np.array(
-            [_MIX * pow(_BASE, k - 1 - t, 1 << 64) % (1 << 64) for t in range(k)], dtype=np.uint64
-        )
-    return found
 
 
 class ShingleTable:
@@ -197,7 +142,7 @@ class ShingleTable:
             if entry == _GONE:
                 slots[i] = _DROPPED if not less else _GONE
                 continue
-            slot, _ = _place(table, entry >> (_FP_BITS + less), (entry & _FP_MASK) << 2)
+            slot, _ = place(table, entry >> (_FP_BITS + less), (entry & _FP_MASK) << 2)
             if not less:
                 slots[i] = slot
             elif slot == _DROPPED:
@@ -212,63 +157,21 @@ class ShingleTable:
         """Take the next ``keys`` of the stream and count the shingles that end at them;
         return how many times each one seen before was seen (1 to :data:`TOP`), in order:
         the new ones (most) are left out. The table must have room for them
-        (:meth:`reserve`)."""
-        counts = bytearray()
+        (:meth:`reserve`). The work is :func:`detectors.shinglecount.count`'s."""
         if not keys:
-            return counts
-        hashes = [*map(crc32, _SEP.join(keys).lower().encode().split(_SEP_BYTES))]
-        k = self._k
-        n = len(hashes)
-        # The hash of the last ``k`` keys is ``sum(h[i - t] * _BASE**t for t < k)`` modulo
-        # 2**64, mixed by a multiplication by ``_MIX``: one correlation of the keys with
-        # the weights ``_MIX * _BASE**t`` (numpy's uint64 wraps as that modulo does) serves
-        # the whole batch in one call, where Python ints (compiled or not) go past 62 bits
-        # into arbitrary-precision arithmetic on every key. ``window`` holds the ``k - 1``
-        # keys before the batch (zeros before the stream's first), then the batch.
-        window = self._last + hashes
-        self._last = window[n:]
-        rolling = np.correlate(np.array(window, dtype=np.uint64), _weights(k), "valid")
-        warm = k - 1 - self._keys
+            return bytearray()
+        n = len(keys)
+        warm = self._k - 1 - self._keys  # the stream's first keys end no shingle
         self._keys += n
-        if warm > 0:  # the stream's first keys: no shingle ends there yet
-            rolling = rolling[warm:]
-        fulls: list[int] = (rolling >> np.uint64(64 - self._maxbits - _FP_BITS)).tolist()
-        table = self._table
-        ring = self._ring
-        wrap = (1 << (self._maxbits - 1)) - 1  # ``history`` is a power of two
-        less = self._maxbits - self._bits
-        slot_shift = _FP_BITS + less  # the slot in the table as large as it is now
-        rpos = self._rpos
-        filled = self._filled
-        dropped, top, fp_mask = _DROPPED, TOP, _FP_MASK
-        append = counts.append
-        for full in fulls:
-            slot = full >> slot_shift
-            want = (full & fp_mask) << 2
-            b = table[slot]
-            if not b and not table[slot ^ 1]:
-                # Both slots of the pair are free (most pairs, in a table with room): a new
-                # shingle takes its home. What ``_place`` would do, in the fewest steps.
-                table[slot] = want + 1
-            elif 0 < b - want < top:
-                # Seen before in its home, below the top: the most common sighting.
-                table[slot] = b + 1
-                append(b - want)
-            else:
-                # ``_place`` for the rest: the pair's other slot, a full pair or a counter
-                # at the top (a call per shingle here cost 10 % of the analyzer's time).
-                slot, c = _place(table, slot, want)
-                if c:
-                    append(c)
-            if less:  # the table still grows: the ring keeps full-size slots and fps
-                filled += 1
-                ring.append(full if slot != dropped else _GONE)
-            else:  # the ring wraps at ``history`` entries (see ``reserve``)
-                o = ring[rpos]
-                ring[rpos] = slot
-                rpos = (rpos + 1) & wrap
-                if o != dropped:  # forget the oldest counted sighting
-                    b = table[o] - 1
-                    table[o] = b if b & 3 else 0
-        self._rpos, self._filled = rpos, filled
+        bits = self._bits
+        if bits < self._maxbits:  # the table still grows: the ring takes a wide entry each
+            pos = self._filled
+            self._filled += max(0, n - max(0, warm))
+            self._ring.frombytes(bytes(4 * (self._filled - pos)))
+        else:
+            pos = self._rpos
+        counts, pos = count(self._table, self._ring, self._last,
+                            _SEP.join(keys).lower().encode(), warm, self._maxbits, bits, pos)
+        if bits == self._maxbits:
+            self._rpos = pos
         return counts

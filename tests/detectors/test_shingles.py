@@ -105,7 +105,7 @@ def test_a_shingle_goes_where_the_64_bit_rolling_hash_puts_it() -> None:
     slots and fingerprints, so the same collisions and verdicts as before it."""
     from zlib import crc32
 
-    from detectors import shingles
+    from detectors import shinglecount as shingles
 
     k, history = 8, 8192
     rng = random.Random(5)
@@ -116,15 +116,15 @@ def test_a_shingle_goes_where_the_64_bit_rolling_hash_puts_it() -> None:
         table.see(keys[a:a + 37])
     maxbits = (2 * history).bit_length() - 1
     bits = table._bits  # the table as large as it is now (a slot is its top bits)
-    power = pow(shingles._BASE, k, 1 << 64)
+    power = pow(shingles.BASE, k, 1 << 64)
     rolling, window = 0, [0] * k
     for i, key in enumerate(keys):
         h = crc32(key.lower().encode())
-        rolling = (rolling * shingles._BASE + h - window[0] * power) % (1 << 64)
+        rolling = (rolling * shingles.BASE + h - window[0] * power) % (1 << 64)
         window = [*window[1:], h]
         if i < k - 1:
             continue
-        mixed = rolling * shingles._MIX % (1 << 64)
+        mixed = rolling * shingles.MIX % (1 << 64)
         slot, fp = mixed >> (64 - bits), (mixed >> (58 - maxbits)) & 0x3F
         assert table._table[slot] >> 2 == fp or table._table[slot ^ 1] >> 2 == fp, i
 
