@@ -4,9 +4,10 @@
 mypyc, the compiler that ships with mypy, and those of :data:`C_MODULES` from their C
 source, into C extensions that sit beside their ``.py`` files; Python imports an extension
 before the source of the same name. The mypyc ones are the same source, type-checked by
-mypy strict; a C one implements its module's contract again (``shinglecount.c``: the
-recurrence detector's per-key loop). ``tests/test_build.py`` feeds every trace through
-both builds and compares the verdicts.
+mypy strict; a C one implements its module's contract again (``blocktokens.c``: a block's
+tokens; ``shinglecount.c``: the recurrence detector's per-key loop), and a test compares
+the two. ``tests/test_build.py`` feeds every trace through both builds and compares the
+verdicts.
 
 The source alone is installed, and runs, when:
 
@@ -64,7 +65,7 @@ COMPILED = [
 ]
 #: Modules written in C beside their pure-Python source (same name, same contract), built
 #: with the mypyc ones and under the same rules: both or neither.
-C_MODULES = ["detectors/shinglecount.c"]
+C_MODULES = ["detectors/blocktokens.c", "detectors/shinglecount.c"]
 #: The name of the shared library that holds the compiled modules.
 GROUP = "runaway_sidecar_native"
 #: The setuptools commands that build extensions: the others (metadata, sdist) need none,

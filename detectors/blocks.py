@@ -12,17 +12,16 @@ import re
 from dataclasses import dataclass
 from typing import Final
 
+from detectors.blocktokens import MAX_INDENT, ascii_tokens
 from detectors.tokenize import CJK_RANGES, TOKEN_RE
 
 #: Text detectors run once per this many characters of a channel.
 BLOCK_CHARS: Final[int] = 256
 #: A word longer than this is processed in pieces rather than carried forever.
 _MAX_CARRY: Final[int] = 128
-#: Longest indentation kept on a line-break token (more is dropped like other whitespace).
-_MAX_INDENT = 64
-_DETECT_RE = re.compile(rf"{TOKEN_RE.pattern}|\n[ \t]{{0,{_MAX_INDENT}}}")
-#: The same tokens for ASCII text (most blocks), with plain classes: a third faster.
-_DETECT_ASCII = re.compile(rf"[A-Za-z0-9_]+|[^A-Za-z0-9_\s]|\n[ \t]{{0,{_MAX_INDENT}}}")
+#: The tokens of a block that is not ASCII (those of ASCII text are ``ascii_tokens``'),
+#: with line breaks kept with up to ``MAX_INDENT`` spaces and tabs of indentation.
+_DETECT_RE = re.compile(rf"{TOKEN_RE.pattern}|\n[ \t]{{0,{MAX_INDENT}}}")
 _WORD_RE = re.compile(rf"[^\W{CJK_RANGES}]+")
 
 
@@ -80,7 +79,7 @@ class Blocker:
 
     def _block(self, piece: str, end: int) -> Block:
         text = self._carry + piece
-        toks = (_DETECT_ASCII if text.isascii() else _DETECT_RE).findall(text)
+        toks = ascii_tokens(text) if text.isascii() else _DETECT_RE.findall(text)
         self._carry = ""
         # A word touching the slice's end may continue in the next delta: carry it over.
         if toks:

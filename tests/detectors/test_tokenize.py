@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
-from hypothesis import given
+import pytest
+from hypothesis import example, given
 from hypothesis import strategies as st
 
-from detectors.blocks import _DETECT_ASCII, _DETECT_RE
+import detectors.blocktokens
+from detectors.blocks import _DETECT_RE
+from detectors.blocktokens import MAX_INDENT, ascii_tokens
 from detectors.tokenize import split_deltas, tokens
 
 
@@ -27,10 +30,23 @@ def test_deltas_concatenate_back(text: str) -> None:
 
 
 @given(st.text(alphabet=st.characters(max_codepoint=127), max_size=400))
-def test_the_ascii_block_pattern_finds_the_same_tokens(text: str) -> None:
-    """On ASCII text the blocks' plain-class pattern finds exactly the tokens (and line
-    breaks with their indentation) of the general one."""
-    assert _DETECT_ASCII.findall(text) == _DETECT_RE.findall(text)
+@example("\n" + " " * (MAX_INDENT + 6) + "x\n\t \t")
+@example("a\n" + "\t" * MAX_INDENT + "b\n" + " " * (MAX_INDENT - 1) + "\n")
+@example("\x1c\x1d\x1e\x1f\x0b\x0c\r\x00\x7f_a1 b")
+def test_ascii_tokens_are_the_general_patterns_tokens(text: str) -> None:
+    """On ASCII text, ``ascii_tokens`` (C in the compiled build, a plain-class regex in
+    the source) finds exactly the tokens, and line breaks with their indentation, of the
+    general pattern."""
+    assert ascii_tokens(text) == _DETECT_RE.findall(text)
     every = "".join(map(chr, range(128)))
-    assert _DETECT_ASCII.findall(every + text + every) == _DETECT_RE.findall(
-        every + text + every)
+    assert ascii_tokens(every + text + every) == _DETECT_RE.findall(every + text + every)
+
+
+@pytest.mark.skipif(not str(detectors.blocktokens.__file__).endswith(".so"),
+                    reason="the source's regex takes any str: only the C build refuses")
+def test_the_c_tokenizer_refuses_what_is_not_ascii_text() -> None:
+    """The C build refuses text that is not ASCII, or not a str, instead of misreading it."""
+    with pytest.raises(ValueError, match="ASCII"):
+        ascii_tokens("café")
+    with pytest.raises(TypeError):
+        ascii_tokens(b"abc")  # type: ignore[arg-type]
