@@ -79,8 +79,8 @@ from detectors.native import PURE_ENV
 CONFIGS = ("direct", "passthrough", "parsing", "shadow", "enforce")
 #: ``enforce-notext``: enforce with the text detectors switched off (budgets and stall
 #: stay), to split the sidecar's cost into the watching and the text analysis.
-NO_TEXT = tuple(arg for name in ("recurrence", "periodic", "restatement", "sentences",
-                                  "degeneration")
+TEXT_DETECTORS = ("recurrence", "periodic", "restatement", "sentences", "degeneration")
+NO_TEXT = tuple(arg for name in TEXT_DETECTORS
                 for arg in (f"--detectors.{name}-enabled", "false"))
 LITELLM_KEY = "sk-bench-" + secrets.token_hex(16)  # LiteLLM refuses to start without one
 
@@ -579,6 +579,9 @@ def main(argv: list[str] | None = None) -> int:
                         "(see benchmarks/cpuquota.py)")
     p.set_defaults(func=workers, duration=8.0)
     args = parser.parse_args(argv)
+    for name in args.configs.split(","):
+        if name.startswith("enforce-no-") and name[len("enforce-no-"):] not in TEXT_DETECTORS:
+            parser.error(f"{name}: enforce-no- takes one of {', '.join(TEXT_DETECTORS)}")
     if getattr(args, "api", "chat") != "chat" and (
             args.litellm is not None or "litellm" in args.configs.split(",")):
         parser.error("the litellm configuration is set up for chat completions only")

@@ -438,3 +438,17 @@ def test_serving_pids_are_the_workers_not_the_supervisor() -> None:
             assert popen.stdin is not None
             popen.stdin.close()
             popen.wait(timeout=10)
+
+
+def test_one_detector_off_takes_a_text_detectors_name(capsys: pytest.CaptureFixture[str]) -> None:
+    """``enforce-no-NAME`` switches one text detector off; another name is refused before
+    anything starts, with the names it takes."""
+    from benchmarks import run
+
+    with pytest.raises(SystemExit) as exc:
+        run.main(["paced", "--configs", "parsing-lean,enforce-no-recurrnce"])
+    assert exc.value.code == 2
+    assert "recurrence, periodic, restatement, sentences, degeneration" in capsys.readouterr().err
+    # Each name is a detector the configuration can switch off.
+    fields = DetectorConfig.__dataclass_fields__
+    assert all(f"{name}_enabled" in fields for name in run.TEXT_DETECTORS)
