@@ -136,6 +136,13 @@ def test_choose_reads_the_build_of_any_checkout(tmp_path: Path) -> None:
     assert stale.stale == ("sidecar/codecs/sse.py",)
     assert stale.reason == ("the compiled sidecar/codecs/sse.py older than the source: "
                             "pip install -e . builds it anew")
+    # A module written in C is stale when its C source is newer, though its .py is not.
+    _touch(tmp_path / "detectors" / "shinglecount.py", 1000.0)
+    _touch(tmp_path / "detectors" / f"shinglecount{ext}", 1001.0)
+    _touch(tmp_path / "detectors" / "shinglecount.c", 1000.0)
+    assert choose(tmp_path, {}).stale == ("sidecar/codecs/sse.py",)
+    _touch(tmp_path / "detectors" / "shinglecount.c", 1010.0)
+    assert choose(tmp_path, {}).stale == ("detectors/shinglecount.py", "sidecar/codecs/sse.py")
 
 
 def test_this_process_ran_the_build_choose_finds() -> None:
