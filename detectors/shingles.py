@@ -64,7 +64,6 @@ class ShingleTable:
 
     __slots__ = (
         "_bits",
-        "_filled",
         "_k",
         "_keys",
         "_last",
@@ -92,7 +91,6 @@ class ShingleTable:
         self._ring = array("I")
         self._rpos = 0
         self._sized = False  # the table and the ring have their full sizes: nothing to reserve
-        self._filled = 0  # ring entries so far, counted while the table grows
         self._keys = 0  # keys taken so far (the first ``k - 1`` end no shingle)
         # The hashes of the last ``k - 1`` keys, oldest first (zeros before the stream's
         # first): the shingles that end at the next keys start there.
@@ -105,7 +103,7 @@ class ShingleTable:
         if self._sized:
             return
         if self._bits < self._maxbits:
-            self._grow(self._filled + keys)
+            self._grow(len(self._ring) + keys)  # one wide ring entry a shingle so far
             if self._bits < self._maxbits:
                 return
         ring = self._ring
@@ -165,9 +163,8 @@ class ShingleTable:
         self._keys += n
         bits = self._bits
         if bits < self._maxbits:  # the table still grows: the ring takes a wide entry each
-            pos = self._filled
-            self._filled += max(0, n - max(0, warm))
-            self._ring.frombytes(bytes(4 * (self._filled - pos)))
+            pos = len(self._ring)
+            self._ring.frombytes(bytes(4 * max(0, n - max(0, warm))))
         else:
             pos = self._rpos
         counts, pos = count(self._table, self._ring, self._last,
