@@ -151,12 +151,11 @@ static PyObject *count(PyObject *self, PyObject *const *args, Py_ssize_t nargs) 
     Py_ssize_t shingles = n > first ? n - first : 0;
     Py_ssize_t hist = (Py_ssize_t)1 << (maxbits - 1);
     Py_ssize_t entries = ring.len / ring.itemsize;
-    if (less ? pos + shingles > entries
-             : (entries != hist && pos + shingles > entries) || pos >= (entries > 0 ? entries : 1)) {
-        if (shingles) {
-            PyErr_SetString(PyExc_ValueError, "count(): the ring has no room for the batch");
-            goto done;
-        }
+    /* Entries are written from pos on, wrapping at hist only in a ring of hist entries. */
+    int wraps = !less && entries == hist;
+    if (shingles && (wraps ? pos >= entries : pos + shingles > entries)) {
+        PyErr_SetString(PyExc_ValueError, "count(): the ring has no room for the batch");
+        goto done;
     }
     uint64_t weights[64];
     uint64_t power = 1;
