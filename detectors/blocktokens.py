@@ -9,8 +9,9 @@ that is not ASCII takes the general pattern in ``blocks.py``.
 Two implementations, one contract: this module's regex, and ``blocktokens.c``, which
 ``setup.py`` builds beside it (Python imports the extension first). Whitespace is
 Python's: space, ``\\t``, ``\\n``, ``\\v``, ``\\f``, ``\\r`` and ``\\x1c`` to ``\\x1f``.
-``tests/detectors/test_blocktokens.py`` compares the two on random ASCII text. The scan in
-C takes about a quarter of the regex's time on a 256-character block of prose.
+``tests/detectors/test_tokenize.py`` compares either with the general pattern on random
+ASCII text. The scan in C takes about a quarter of the regex's time on a 256-character
+block of prose (2.0 against 7.7 µs).
 """
 
 from __future__ import annotations

@@ -3,8 +3,8 @@
 ``setup.py`` compiles the per-event modules of ``detectors`` and ``sidecar`` with mypyc where
 a C compiler is at hand: an extension module then sits beside each one's ``.py``, and Python
 imports the extension first. They are the same source, so they give the same results
-(``shinglecount`` is written again in C, to the same contract, and compared with its
-source by the tests).
+(the modules of ``setup.py``'s ``C_MODULES``, ``blocktokens`` and ``shinglecount``, are
+written again in C to the same contract, and the tests compare each with its source).
 :func:`select` (called by both packages' ``__init__``, before any of those modules is
 imported) makes every one of them run from its source instead when
 
