@@ -82,6 +82,8 @@ CONFIGS = ("direct", "passthrough", "parsing", "shadow", "enforce")
 TEXT_DETECTORS = ("recurrence", "periodic", "restatement", "sentences", "degeneration")
 NO_TEXT = tuple(arg for name in TEXT_DETECTORS
                 for arg in (f"--detectors.{name}-enabled", "false"))
+#: ``enforce-no-NAME``: enforce with one text detector off, to see what that one costs.
+ONE_OFF = "enforce-no-"
 LITELLM_KEY = "sk-bench-" + secrets.token_hex(16)  # LiteLLM refuses to start without one
 
 
@@ -98,9 +100,8 @@ def _setup(upstream: Proc, names: list[str], litellm: Path | None,
             out.append(procs.sidecar(name, upstream.url, name))
         elif name == "enforce-notext":
             out.append(procs.sidecar(name, upstream.url, "enforce", extra=NO_TEXT))
-        elif name.startswith("enforce-no-"):
-            # One text detector off (``enforce-no-recurrence``...): what that one costs.
-            detector = name.removeprefix("enforce-no-")
+        elif name.startswith(ONE_OFF):
+            detector = name.removeprefix(ONE_OFF)
             out.append(procs.sidecar(name, upstream.url, "enforce",
                                      extra=(f"--detectors.{detector}-enabled", "false")))
         elif name == "enforce-w2":
@@ -580,8 +581,8 @@ def main(argv: list[str] | None = None) -> int:
     p.set_defaults(func=workers, duration=8.0)
     args = parser.parse_args(argv)
     for name in args.configs.split(","):
-        if name.startswith("enforce-no-") and name[len("enforce-no-"):] not in TEXT_DETECTORS:
-            parser.error(f"{name}: enforce-no- takes one of {', '.join(TEXT_DETECTORS)}")
+        if name.startswith(ONE_OFF) and name.removeprefix(ONE_OFF) not in TEXT_DETECTORS:
+            parser.error(f"{name}: {ONE_OFF} takes one of {', '.join(TEXT_DETECTORS)}")
     if getattr(args, "api", "chat") != "chat" and (
             args.litellm is not None or "litellm" in args.configs.split(",")):
         parser.error("the litellm configuration is set up for chat completions only")
