@@ -5,6 +5,7 @@ real servers on loopback (an upstream, and a client-facing app that runs the pum
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 from collections.abc import AsyncIterator, Awaitable, Callable
 
@@ -55,6 +56,9 @@ class Pumped:
     """What the client-facing handler saw of each pump it ran."""
 
     results: list[NotStreamed | UpstreamError | None] = dataclasses.field(default_factory=list)
+    #: Per cancelled pump: whether it ended cancelled, and how many read loops still ran.
+    cancelled: list[bool] = dataclasses.field(default_factory=list)
+    reading_after: list[int] = dataclasses.field(default_factory=list)
 
 
 @pytest.fixture
@@ -75,6 +79,18 @@ async def rig(aiohttp_server: ServerFactory) -> AsyncIterator[tuple[str, Pumped,
                                              started_at=loop.time(),
                                              exchange_started=ex.started))
         sink = StreamSink(CHAT, request)
+        if request.headers.get("X-Cancel"):  # cancel the pump once the client has a byte
+            running = asyncio.create_task(pump(pool, request, ex, attempt, b"{}", sink))
+            while not sink.bytes_sent:
+                await asyncio.sleep(0.01)
+            running.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await running
+            pumped.cancelled.append(running.cancelled())
+            pumped.reading_after.append(len([
+                t for t in asyncio.all_tasks()
+                if getattr(t.get_coro(), "__name__", "") == "_read"]))
+            return await sink.finish(ex)
         try:
             pumped.results.append(await pump(pool, request, ex, attempt, b"{}", sink))
         except UpstreamError as err:
@@ -92,9 +108,9 @@ def _app(handler: Callable[[web.Request], Awaitable[web.StreamResponse]]) -> web
     return app
 
 
-async def _post(url: str, behaviour: str) -> tuple[int, bytes]:
-    async with aiohttp.ClientSession() as s, s.post(url, data=b"{}",
-                                                     headers={"X-Test": behaviour}) as r:
+async def _post(url: str, behaviour: str, *, cancel: bool = False) -> tuple[int, bytes]:
+    headers = {"X-Test": behaviour, **({"X-Cancel": "1"} if cancel else {})}
+    async with aiohttp.ClientSession() as s, s.post(url, data=b"{}", headers=headers) as r:
         return r.status, await r.read()
 
 
@@ -128,3 +144,16 @@ async def test_a_silent_upstream_times_out(rig: tuple[str, Pumped, UpstreamPool]
     [err] = pumped.results
     assert isinstance(err, UpstreamError)
     assert (err.kind, str(err)) == ("timeout", "no bytes from upstream for 0.3 s")
+
+
+async def test_a_cancelled_pump_ends_its_read_loop_first(
+        rig: tuple[str, Pumped, UpstreamPool]) -> None:
+    """The read loop runs as a task of its own; a cancellation of the pump (the client
+    went away) reaches the caller only once that loop has ended, and the upstream
+    connection it read is closed, not kept for another request."""
+    url, pumped, pool = rig
+    assert await _post(url, "silent", cancel=True) == (200, CHUNK)
+    assert pumped.cancelled == [True]
+    assert pumped.reading_after == [0]
+    assert pumped.results == []
+    assert pool.idle == 0
