@@ -5,9 +5,10 @@ decoder into the client's sink, with the timers that watch the silences.
 (``sidecar.net.upstream``), waits for the response head within the read timeout, and
 then reads: every read goes to ``Attempt.feed`` and what it returns to the sink, until
 the stream ends or a verdict stops the attempt. That read loop runs as a task of its
-own, so a chunk resumes only its few frames (:func:`_reading`). It returns :class:`NotStreamed` when the
-upstream answered with something other than a 200 stream of the API's type (the runner
-and the ladder decide what the client gets of it), and None otherwise.
+own, so a chunk resumes only its few frames (:func:`_reading`). It returns
+:class:`NotStreamed` when the upstream answered with something other than a 200 stream
+of the API's type (the runner and the ladder decide what the client gets of it), and
+None otherwise.
 
 One deadline serves the clock-driven detectors (stall, wall-clock budget) and the read
 timeout: it wakes after ``window`` without bytes (the shorter of the two), then every
