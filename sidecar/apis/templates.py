@@ -44,7 +44,7 @@ _SHARED: dict[bytes, bytes] = {}
 _MAX_SHARED = 1024
 
 
-#: Texts ``_string`` read without a parser, by their bytes, for every stream: a stream's
+#: Texts ``json_string`` read without a parser, by their bytes, for every stream: a stream's
 #: tokens repeat (" the", ","), and a lookup costs a fraction of the checks and the
 #: decoding. Bounded in entries and in bytes per text; once full, texts are decoded each
 #: time.
@@ -53,7 +53,7 @@ _MAX_TEXTS: Final[int] = 2048
 _MAX_TEXT_BYTES: Final[int] = 16
 
 
-def _shared(part: bytes) -> bytes:
+def shared_part(part: bytes) -> bytes:
     """``part``, or the equal bytes object already shared."""
     found = _SHARED.get(part)
     if found is not None:
@@ -71,10 +71,10 @@ class EventTemplate:
     __slots__ = ("after", "hits", "mid", "prefix", "skip", "start", "suffix", "tag")
 
     def __init__(self, prefix: bytes, mid: bytes | None, suffix: bytes, tag: object) -> None:
-        self.prefix = _shared(prefix)
+        self.prefix = shared_part(prefix)
         self.mid = mid
         self.skip = len(mid or b"")  # from the mid's start to the number's
-        self.suffix = _shared(suffix)
+        self.suffix = shared_part(suffix)
         self.start = len(prefix) - 1  # the text's opening quote
         self.after = len(suffix)
         self.tag = tag
@@ -96,7 +96,7 @@ def string_end(data: bytes, start: int) -> int:
         pos += 1
 
 
-def _string(raw: bytes, start: int, end: int) -> str | None:
+def json_string(raw: bytes, start: int, end: int) -> str | None:
     """The JSON string ``raw[start:end]`` (quotes included) decoded, or None when it is not
     one string. Without an escape, a quote or a character a JSON string may not hold raw
     (a control character: not printable), its bytes are its UTF-8 text: decoded without
@@ -206,7 +206,7 @@ class EventTemplates:
                 return None
             end = at + 1
             number = int(raw[pos:tail])
-        text = _string(raw, start, end)
+        text = json_string(raw, start, end)
         if text is None:
             return None
         template.hits += 1

@@ -29,7 +29,7 @@ from typing import Any, Literal
 import orjson
 
 from detectors.base import CONTENT, THINKING, Channel
-from sidecar.apis.templates import string_end
+from sidecar.apis.templates import json_string, shared_part, string_end
 from sidecar.core.events import (
     DONE,
     Finish,
@@ -74,15 +74,23 @@ class Template:
     Learned from a chunk parsed in full, and proven there: the chunk with its text value
     replaced parses to the same object with only that value changed. So a payload that is
     ``prefix`` + one JSON string + ``suffix`` is that chunk with another text, and only
-    the string needs parsing. ``index`` is the chunk's choice; ``channel`` the channel its
-    text feeds (``THINKING`` for a reasoning field), or None for content and completion
-    text, which go through the choice's ``<think>`` tag splitter."""
+    the string needs parsing. ``event_prefix`` and ``event_suffix`` are the same bytes as
+    a whole SSE event holds them (``data: `` before, the blank line after): a test of an
+    event against them needs no offsets (a method call with offsets costs several times
+    the bare test in the compiled build). The suffixes are shared between streams
+    (``shared_part``); the prefixes, which hold the stream's id, are not. ``index`` is the
+    chunk's choice; ``channel`` the channel its text feeds (``THINKING`` for a reasoning
+    field), or None for content and completion text, which go through the choice's
+    ``<think>`` tag splitter."""
 
-    __slots__ = ("after", "channel", "hits", "index", "prefix", "start", "suffix")
+    __slots__ = ("after", "channel", "event_prefix", "event_suffix", "hits", "index",
+                 "prefix", "start", "suffix")
 
     def __init__(self, prefix: bytes, suffix: bytes, index: int, channel: Channel | None) -> None:
         self.prefix = prefix
-        self.suffix = suffix
+        self.suffix = shared_part(suffix)
+        self.event_prefix = b"data: " + prefix
+        self.event_suffix = shared_part(suffix + b"\n\n")
         self.start = len(prefix)  # where the text's JSON string begins
         self.after = len(suffix)  # bytes after it
         self.index = index
@@ -105,8 +113,8 @@ class StreamModel:
     bytes as they are, without reading ``chunk``, should ask for it.
     """
 
-    __slots__ = ("_choices", "_dropped_hits", "_fruitless", "_in_think", "_last_completion",
-                 "_templates", "_usage_seen", "chunk", "kind")
+    __slots__ = ("_choices", "_dropped_hits", "_fruitless", "_head", "_in_think",
+                 "_last_completion", "_templates", "_usage_seen", "chunk", "kind")
 
     def __init__(self, kind: ChunkKind, *, starts_in_thinking: bool = False,
                  templates: bool = False) -> None:
@@ -117,6 +125,9 @@ class StreamModel:
         self._usage_seen = False
         self._last_completion = 0
         self._templates: list[Template] = []
+        # ``_templates[0]`` (the last learned, which nearly every chunk has), or None:
+        # tried without the list, one object less to fetch from memory per chunk.
+        self._head: Template | None = None
         # Templates dropped without a hit; learning stops at _MAX_FRUITLESS (None: off).
         self._fruitless: int | None = 0 if templates else None
         self._dropped_hits = 0
@@ -195,27 +206,39 @@ class StreamModel:
         (``_learn`` takes no payload with one) and the JSON string between its bytes no
         raw CR or LF (``orjson`` rejects them). The caller knows that ``raw`` starts an
         event (``SSEDecoder.idle``); the payload is not copied out before the test."""
-        if not raw.startswith(b"data: ") or not raw.endswith(b"\n\n"):
+        template = self._head
+        if template is None:
             return None
-        return self._fit(raw, 6, len(raw) - 2)
+        if not (raw.startswith(template.event_prefix) and raw.endswith(template.event_suffix)):
+            for template in self._templates:
+                if raw.startswith(template.event_prefix) and raw.endswith(
+                        template.event_suffix):
+                    break
+            else:
+                return None
+        return self._read(template, raw, 6 + template.start, len(raw) - 2 - template.after)
 
     def _fit(self, buf: bytes, lo: int, hi: int) -> tuple[Template, str] | None:
         # ``match`` of the payload ``buf[lo:hi]``, read in place.
         for template in self._templates:
             if buf.startswith(template.prefix, lo) and buf.endswith(template.suffix, lo, hi):
-                start = lo + template.start
-                end = hi - template.after
-                if end - start < 3:  # the shortest non-empty string, '"x"'
-                    return None
-                try:
-                    text = orjson.loads(buf[start:end])
-                except orjson.JSONDecodeError:
-                    return None  # not one string: a full parse reports what is wrong
-                if type(text) is not str:
-                    return None
-                template.hits += 1
-                return template, text
+                return self._read(template, buf, lo + template.start, hi - template.after)
         return None
+
+    @staticmethod
+    def _read(template: Template, buf: bytes, start: int,
+              end: int) -> tuple[Template, str] | None:
+        """The hit of ``template`` whose text is the JSON string ``buf[start:end]``, or None
+        when that is not one non-empty string."""
+        # The shortest non-empty string is '"x"'; the template's bytes end before the
+        # opening quote and start after the closing one, which ``json_string`` expects.
+        if end - start < 3 or buf[start] != 0x22 or buf[end - 1] != 0x22:
+            return None
+        text = json_string(buf, start, end)
+        if text is None:
+            return None  # not one string: a full parse reports what is wrong
+        template.hits += 1
+        return template, text
 
     def fill(self, template: Template, text: str) -> list[StreamEvent]:
         """The events of a payload of ``template``'s shape whose text is ``text`` (a hit
@@ -274,8 +297,8 @@ class StreamModel:
             if not dropped.hits:
                 assert self._fruitless is not None
                 self._fruitless += 1
-        templates.insert(0, Template(prefix, suffix, choice.get("index", 0),
-                                      _TEMPLATE_KEYS[key]))
+        self._head = Template(prefix, suffix, choice.get("index", 0), _TEMPLATE_KEYS[key])
+        templates.insert(0, self._head)
 
     def _tokens_from_usage(self, usage: Any, has_choices: bool, events: list[StreamEvent]) -> int:
         """Tokens to credit to this chunk's text: the growth of cumulative usage, or -1
