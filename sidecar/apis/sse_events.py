@@ -159,6 +159,9 @@ class EventAttempt(Attempt):
         self._verbatim = spec.number == 0 and fold is None and not splicer.hide
         self._fast = self._verbatim and templates
         self._tells = self.TELLS
+        # ``_decoder.idle`` as of its last feed, read here: the decoder is one object less
+        # to fetch from memory per event.
+        self._idle = True
         self._decoder = SSEDecoder()
         self._templates = EventTemplates()
         self.splicer = splicer
@@ -185,7 +188,7 @@ class EventAttempt(Attempt):
     def feed(self, chunk: bytes, now: float) -> bytes:
         """Process upstream bytes; return what to send to a streaming client now.
         Raises ``UpstreamProtocolError`` for bytes that are not this API's event stream."""
-        if self._fast and self.verdict is None and self._decoder.idle:
+        if self._fast and self.verdict is None and self._idle:
             # The common case at a paced load: ``chunk`` is one whole delta event of a
             # learned shape, forwarded as it is (see the module docstring). ``_templated``,
             # written out: this runs once per upstream read.
@@ -204,10 +207,12 @@ class EventAttempt(Attempt):
                 else:
                     self._apply(self._answer(text), now)
                 return chunk
+        decoder = self._decoder
         try:
-            events = self._decoder.feed(chunk)
+            events = decoder.feed(chunk)
         except SSEError as exc:
             raise UpstreamProtocolError(str(exc)) from None
+        self._idle = decoder.idle
         return self._events(events, now)
 
     def eof(self, now: float) -> bytes:
