@@ -87,9 +87,6 @@ class EventSplicer(Splicer):
     #: The client asked not to see reasoning: the splicer drops it from every attempt, so
     #: no attempt is forwarded as it came.
     hide: bool = False
-    #: The last number (``EventAttempt.NUMBER_KEY``) the current attempt's upstream sent,
-    #: where the attempt tells it (``EventAttempt.TELLS``).
-    upstream_sequence: int | None = None
 
     def __init__(self, fold: EventFold | None, *, request_id: str, model: str | None) -> None:
         super().__init__()
@@ -141,8 +138,9 @@ class EventAttempt(Attempt):
     #: ("": the events are not numbered).
     NUMBER_KEY: ClassVar[str] = ""
     #: The splicer closes an item a cut leaves open with the upstream's last number and
-    #: the item's text: the attempt tells it every ``NUMBER_KEY`` it reads
-    #: (``upstream_sequence``) and every text delta (``_kept``).
+    #: the item's text: the attempt keeps every ``NUMBER_KEY`` it reads
+    #: (``upstream_sequence``, its own: the splicer reads it from the attempt it closes)
+    #: and tells it every text delta (``_kept``).
     TELLS: ClassVar[bool] = False
 
     #: Where ``TELLS``: the splicer's keeper of the open item's text (set by the subclass),
@@ -162,6 +160,8 @@ class EventAttempt(Attempt):
         # ``_decoder.idle`` as of its last feed, read here: the decoder is one object less
         # to fetch from memory per event.
         self._idle = True
+        #: Where ``TELLS``: the last ``NUMBER_KEY`` the upstream sent (None before one).
+        self.upstream_sequence: int | None = None
         self._decoder = SSEDecoder()
         self._templates = EventTemplates()
         self.splicer = splicer
@@ -198,7 +198,7 @@ class EventAttempt(Attempt):
                 if self._tells:
                     sequence = templates.number
                     if sequence is not None:
-                        self.splicer.upstream_sequence = sequence
+                        self.upstream_sequence = sequence
                     self._kept.keep(text)
                 if templates.tag is THINKING:
                     self._think(0, text, 1, now)
@@ -240,7 +240,7 @@ class EventAttempt(Attempt):
         if self._tells:
             sequence = templates.number
             if sequence is not None:
-                self.splicer.upstream_sequence = sequence
+                self.upstream_sequence = sequence
             self._kept.keep(text)
         if templates.tag is THINKING:  # learned after a reasoning delta: one was seen
             self._think(0, text, 1, now)
@@ -277,7 +277,7 @@ class EventAttempt(Attempt):
             if self._tells:
                 sequence = obj.get(self.NUMBER_KEY)
                 if isinstance(sequence, int):
-                    splicer.upstream_sequence = sequence
+                    self.upstream_sequence = sequence
             try:
                 self._apply(self._parse(kind, obj), now)
             except MalformedChunk as exc:

@@ -64,8 +64,9 @@ def test_a_first_attempt_forwards_its_bytes_and_counts_each_delta(split: bool) -
 
 @pytest.mark.parametrize("split", [False, True])
 def test_the_splicer_is_told_the_last_number_and_the_open_items_text(split: bool) -> None:
-    """Through a template or a full parse, every event's ``sequence_number`` and every
-    delta of the open item (a tool call's arguments too) reach the splicer."""
+    """Through a template or a full parse, the attempt keeps every event's
+    ``sequence_number`` and tells the splicer every delta of the open item (a tool call's
+    arguments too)."""
     parts = opened()
     splicer = parts.splicer
     assert isinstance(splicer, ResponsesSplicer)
@@ -73,14 +74,14 @@ def test_the_splicer_is_told_the_last_number_and_the_open_items_text(split: bool
     body = sse([*head(), *reasoning(0, "rs_1", *[f" w{i}" for i in range(40)])])
     for read in _reads(body) if split else [body]:
         first.feed(read, 1.0)
-    assert splicer.upstream_sequence == 43
+    assert first.upstream_sequence == 43
     assert splicer.kept.text() == "".join(f" w{i}" for i in range(40))
     call = {"item": {"id": "fc_1", "type": "function_call", "name": "read", "arguments": ""},
             "output_index": 1, "type": "response.output_item.added"}
     args = [{"delta": piece, "item_id": "fc_1", "output_index": 1,
              "type": "response.function_call_arguments.delta"} for piece in ('{"a"', ": 1}")]
     first.feed(sse([call, *args], first=44), 1.0)
-    assert (splicer.upstream_sequence, splicer.kept.text()) == (46, '{"a": 1}')
+    assert (first.upstream_sequence, splicer.kept.text()) == (46, '{"a": 1}')
 
 
 def test_hidden_reasoning_is_watched_and_the_rest_renumbered() -> None:

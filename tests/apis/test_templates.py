@@ -69,7 +69,7 @@ def _observe(api_name: str, reads: list[bytes], *,
         err, out = str(exc), b""
     verdict = attempt.verdict
     splicer = getattr(attempt, "splicer", None)
-    told = ((splicer.upstream_sequence, splicer.kept.text())
+    told = ((getattr(attempt, "upstream_sequence", None), splicer.kept.text())
             if isinstance(splicer, ResponsesSplicer) else None)
     seen = (out, err,
             None if verdict is None else (verdict.detector, verdict.at_token, verdict.at_char),

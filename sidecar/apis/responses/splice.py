@@ -32,7 +32,7 @@ from typing import Any
 from detectors import Verdict
 from sidecar.apis.openai.splice import comment
 from sidecar.apis.responses.fold import ResponsesFold
-from sidecar.apis.sse_events import EventSplicer, encode, token_count
+from sidecar.apis.sse_events import EventAttempt, EventSplicer, encode, token_count
 from sidecar.core.attempt import Attempt, KeptText, Totals
 from sidecar.errors import UpstreamError
 
@@ -89,10 +89,9 @@ class ResponsesSplicer(EventSplicer):
         #: The server gives items an ``output_index`` (llama.cpp does not: then neither
         #: does the sidecar, and items are counted in order).
         self.indexed = True
-        #: The last ``sequence_number`` the current attempt's upstream sent, and the text
-        #: of the open item (bounded), for the events that close it after a cut. The
-        #: attempt keeps both up to date (``kept.keep``: once per delta).
-        self.upstream_sequence: int | None = None
+        #: The text of the open item (bounded), for the events that close it after a cut
+        #: (with the attempt's ``upstream_sequence``). The attempt keeps it up to date
+        #: (``kept.keep``: once per delta).
         self.kept = KeptText()
 
     # -- the client's view ---------------------------------------------------------
@@ -201,7 +200,8 @@ class ResponsesSplicer(EventSplicer):
         """The events that close the item a cut left open, with status ``incomplete``."""
         if attempt.number == 0 and not self.hide:
             # Forwarded as it came: the upstream's numbers are the client's.
-            self.sequence = self.upstream_sequence
+            self.sequence = (attempt.upstream_sequence if isinstance(attempt, EventAttempt)
+                             else None)
         item = self.open
         if item is None:
             return []
