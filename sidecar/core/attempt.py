@@ -172,6 +172,7 @@ class Attempt(abc.ABC):
         # set, and at 256 streams an event finds its stream's objects out of the CPU
         # caches, where each cache line touched costs more than the bytecode.
         self.verdict: Verdict | None = None
+        self.done = False  # read by the read loop after every event
         #: Choice 0's state, once it exists (the one every event of one choice updates).
         self._first: ChoiceState | None = None
         # Without salvage in the ladder nothing reads the kept reasoning, and a long
@@ -195,7 +196,6 @@ class Attempt(abc.ABC):
         self._detectors = spec.detectors
         self._started_at = spec.started_at
         self.verdict_index: int | None = None
-        self.done = False
         self.error: StreamError | None = None
         self.usage: Usage | None = None
         self.first_content_at: float | None = None
