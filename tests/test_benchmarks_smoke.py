@@ -258,7 +258,7 @@ def test_opcodes_counts_each_proxys_own_bytecode() -> None:
     floor_list, sidecar_list = tables[1], tables[2]
     assert "benchmarks/floor.py:parse_events" in floor_list
     assert "benchmarks/floor.py:parse_events" not in sidecar_list
-    assert "sidecar/apis/openai/chunks.py:StreamModel._fit" in sidecar_list
+    assert "sidecar/apis/openai/chunks.py:StreamModel.match_event" in sidecar_list
     assert "aiohttp/" in floor_list
     assert "aiohttp/" in sidecar_list
 
