@@ -23,13 +23,16 @@ from sidecar.net.headers import forward_headers
 
 
 class Sink(abc.ABC):
-    """Where a watched response goes."""
+    """Where a watched response goes. The sinks have slots: a stream's sink is read on
+    every chunk, and its fields sit in the object itself, not in a dict beside it."""
 
-    status = 200
-    bytes_sent = 0
+    __slots__ = ("_final", "api", "bytes_sent", "status")
 
     def __init__(self, api: WireApi) -> None:
         self.api = api
+        #: The status the client got (or gets), and the body bytes written to it.
+        self.status = 200
+        self.bytes_sent = 0
         #: The response as it will end, once it is settled before any byte went out: a
         #: relayed upstream answer, or an error.
         self._final: web.StreamResponse | None = None
@@ -68,6 +71,8 @@ class Sink(abc.ABC):
 
 class StreamSink(Sink):
     """A streaming client: the response starts with the first byte written."""
+
+    __slots__ = ("_headers", "request", "response")
 
     def __init__(self, api: WireApi, request: web.Request) -> None:
         super().__init__(api)
@@ -123,6 +128,8 @@ class StreamSink(Sink):
 class BodySink(Sink):
     """A non-streaming client: one body at the end, from the API's fold, with the
     ``X-Runaway-*`` headers when a cut happened."""
+
+    __slots__ = ("_action", "_headers", "fold")
 
     def __init__(self, api: WireApi, fold: Fold) -> None:
         super().__init__(api)
