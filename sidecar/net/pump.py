@@ -95,36 +95,33 @@ async def _read(up: UpstreamResponse, ex: Exchange, attempt: Attempt, sink: Sink
                 window: float, read_timeout: float | None) -> None:
     """Read ``up`` through ``attempt`` into ``sink`` until it ends, a verdict stops it, or
     a silence of ``window`` is noticed (a tick; past ``read_timeout``, a timeout error)."""
-    # The methods called on every chunk, looked up once: a lookup goes through the
-    # object's type, whose entries are out of the CPU caches when 255 streams ran since.
-    clock, read, feed, write = (asyncio.get_running_loop().time, up.readany, attempt.feed,
-                                sink.write)
+    loop = asyncio.get_running_loop()
     step = min(STALL_GRANULARITY, window / 4)
     # No byte came after ``heard_by``; a byte read later moves the deadline to ``window``
     # after the new one: a silence is noticed ``window`` to ``window + step`` after it.
-    heard_by = clock() + step
+    heard_by = loop.time() + step
     deadline_at = heard_by + window if window < math.inf else None
     while True:
         writing = False
         try:
             async with asyncio.timeout_at(deadline_at) as deadline:
                 while True:
-                    chunk = await read()
-                    now = clock()
+                    chunk = await up.readany()
+                    now = loop.time()
                     if not chunk:
                         tail = attempt.eof(now)
                         if tail:
                             writing = True
-                            await write(tail)
+                            await sink.write(tail)
                         break
-                    out = feed(chunk, now)
+                    out = attempt.feed(chunk, now)
                     # Neither the read nor what it became stays bound while the next read
                     # waits: an idle stream would hold both (up to a whole coalesced read
                     # each).
                     del chunk
                     if out:
                         writing = True
-                        await write(out)
+                        await sink.write(out)
                         writing = False
                     del out
                     if attempt.done and ex.client_stream:
@@ -140,7 +137,7 @@ async def _read(up: UpstreamResponse, ex: Exchange, attempt: Attempt, sink: Sink
         except TimeoutError as exc:
             if not deadline.expired():
                 raise  # not the deadline's: a timeout from further down
-            now = clock()
+            now = loop.time()
             if writing:
                 # A client slow to take bytes held the write past the deadline (the bytes
                 # are in the transport already): upstream is not silent, nothing was read
