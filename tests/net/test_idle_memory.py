@@ -38,8 +38,12 @@ SHORT_REQUEST = orjson.dumps({"model": "m", "stream": True,
 
 
 def _event(i: int) -> bytes:
+    # Each text is longer than the short texts the template reader keeps in a table
+    # shared by every stream (``sidecar.apis.templates``): that table grows with the
+    # distinct tokens the whole process has seen (up to its bound), so with the tests run
+    # before this one in the same process it may grow past the threshold here.
     chunk = {"id": "c", "object": "chat.completion.chunk", "created": 1, "model": "m",
-             "choices": [{"index": 0, "delta": {"content": f" word{i}"},
+             "choices": [{"index": 0, "delta": {"content": f" word {i:04d} of the burst"},
                           "finish_reason": None}]}
     return b"data: " + orjson.dumps(chunk) + b"\n\n"
 
