@@ -49,6 +49,7 @@ COMPILED = [
     "sidecar/codecs/sse.py",
     "sidecar/core/attempt.py",
     "sidecar/core/events.py",
+    "sidecar/core/kept.py",
     "sidecar/apis/templates.py",
     "sidecar/apis/sse_events.py",
     "sidecar/apis/openai/attempt.py",

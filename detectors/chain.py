@@ -275,6 +275,18 @@ class Chain:
         blocker.pending = pending
         return None
 
+    def room(self) -> tuple[int, int, float]:
+        """How much thinking ``think`` takes now without a budget check or a block:
+        deltas fewer than the first many tokens together, with fewer characters than the
+        second, each before the third (a loop time). Such deltas fed as one (their texts
+        joined, their tokens summed, at the last one's time) leave the chain as they
+        would have one by one, and no verdict. Nothing once there is a verdict."""
+        if self.verdict is not None:
+            return 0, 0, -math.inf
+        blocker = self._thinking_blocker
+        chars = _NO_TOKEN_LIMIT if blocker is None else BLOCK_CHARS - len(blocker.pending)
+        return self._token_limit - self.thinking_tokens, chars, self._deadline
+
     def keep_thinking(self, limit: int) -> KeepingBlocker | None:
         """Keep the thinking channel's text from now on, up to ``limit`` characters, as
         its blocks are cut (nothing more per delta); read it from the returned blocker,

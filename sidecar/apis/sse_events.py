@@ -40,8 +40,9 @@ from detectors.base import CONTENT, THINKING, Channel
 from sidecar.apis.templates import EventTemplates
 from sidecar.codecs.sse import SSEDecoder, SSEError, SSEEvent
 from sidecar.config import ThinkingOffRule
-from sidecar.core.attempt import Attempt, AttemptSpec, KeptText
+from sidecar.core.attempt import Attempt, AttemptSpec
 from sidecar.core.events import MalformedChunk, StreamEvent, ThinkTagSplitter
+from sidecar.core.kept import KeptText
 from sidecar.core.wire import Fold, RequestFacts, Splicer, WireApi
 from sidecar.errors import UpstreamProtocolError
 
@@ -199,10 +200,16 @@ class EventAttempt(Attempt):
                     sequence = templates.number
                     if sequence is not None:
                         self.upstream_sequence = sequence
-                    self._kept.keep(text)
                 if templates.tag is THINKING:
+                    if self._hold(text, now):
+                        return chunk
+                    if self._tells:
+                        self._keep(text)
                     self._think(0, text, 1, now)
-                elif self._saw_reasoning:
+                    return chunk
+                if self._tells:
+                    self._keep(text)
+                if self._saw_reasoning:
                     self._text(0, CONTENT, text, 1, now)
                 else:
                     self._apply(self._answer(text), now)
@@ -218,6 +225,7 @@ class EventAttempt(Attempt):
     def eof(self, now: float) -> bytes:
         """The upstream closed the body: what the decoder still held, and an unterminated
         trailing piece (forwarded verbatim by the first attempt, to stay byte-exact)."""
+        self.settle()
         events, rest = self._decoder.close()
         out = self._events(events, now)
         if self._verbatim and not self.stopped:
@@ -241,14 +249,30 @@ class EventAttempt(Attempt):
             sequence = templates.number
             if sequence is not None:
                 self.upstream_sequence = sequence
-            self._kept.keep(text)
         if templates.tag is THINKING:  # learned after a reasoning delta: one was seen
+            if self._hold(text, now):
+                return True
+            if self._tells:
+                self._keep(text)
             self._think(0, text, 1, now)
-        elif self._saw_reasoning:
+            return True
+        if self._tells:
+            self._keep(text)
+        if self._saw_reasoning:
             self._text(0, CONTENT, text, 1, now)
         else:
             self._apply(self._answer(text), now)
         return True
+
+    def _keep(self, text: str) -> None:
+        """Tell the splicer a text delta of the open item (after the held ones)."""
+        if self._held:
+            self._settle()
+        self._kept.keep(text)
+
+    def _settled(self, texts: list[str], joined: str) -> None:
+        if self._tells:
+            self._kept.keep_all(texts, joined)
 
     def _events(self, events: list[SSEEvent], now: float) -> bytes:
         out: list[bytes] = []
@@ -274,6 +298,8 @@ class EventAttempt(Attempt):
             if not isinstance(obj, dict):
                 raise UpstreamProtocolError("stream event is not a JSON object")
             kind = obj.get("type")
+            if self._held:  # before ``_parse`` tells the splicer the event's text
+                self._settle()
             if self._tells:
                 sequence = obj.get(self.NUMBER_KEY)
                 if isinstance(sequence, int):

@@ -7,6 +7,12 @@ should see now out (``feed``/``eof``), while the events it decodes pass through
 chain per upstream choice, the first verdict, token counts, usage, errors and the end
 of the stream.
 
+A thinking delta of choice 0 that cannot reach a verdict (its chain's ``room``) may be
+held back and applied with the next that can, or with any other event, a tick, the end,
+or :meth:`Attempt.settle`: at 256 streams, a delta that touches its attempt only costs a
+fraction of one that touches the choice, its chain and its kept texts, each out of the
+CPU caches. Every public reader of the attempt's state settles first.
+
 When a detector fires and ``stop_on_verdict`` is set, the attempt stops at that event:
 later events of the same read are dropped and ``verdict`` is set. The I/O layer then
 leaves the upstream response, which closes the connection and makes vLLM abort the
@@ -26,62 +32,12 @@ from detectors.base import THINKING, Channel
 from detectors.blocks import KeepingBlocker
 from detectors.chain import text_analyzers
 from sidecar.core.events import Done, Finish, StreamError, TextDelta, ToolCallDelta, Usage
+from sidecar.core.kept import MAX_KEPT_REASONING, KeptText
 
-MAX_KEPT_REASONING: Final[int] = 32 * 1024  # characters of text a ``KeptText`` keeps
-_KEEP_JOIN: Final[int] = 64  # kept deltas are joined into one string this often (``KeptText``)
 #: Characters of a choice's reasoning that, with its length, identify it (``reasoning_mark``).
 MARK_HEAD: Final[int] = 256
-
-
-class KeptText:
-    """Text kept delta by delta, bounded: each delta is kept while the ones before it hold
-    fewer than ``limit`` (``MAX_KEPT_REASONING``) characters; later ones are not (the
-    text of a choice for salvage or the trace recorder, of a Responses item a cut leaves
-    open).
-
-    Every ``_KEEP_JOIN`` deltas are joined into one string, and every ``_KEEP_JOIN`` of
-    those into one: a string per token would cost an object per token for a few
-    characters, and re-joining all the text every ``_KEEP_JOIN`` deltas would copy it
-    (up to 32 KiB, re-read from memory) hundreds of times over; this copies it a few
-    times."""
-
-    __slots__ = ("_chunks", "_kept", "_limit", "_pieces")
-
-    def __init__(self, limit: int = MAX_KEPT_REASONING) -> None:
-        # The latest deltas, the strings earlier ones were joined into, and the
-        # characters of both.
-        self._pieces: list[str] = []
-        self._chunks: list[str] = []
-        self._kept = 0
-        self._limit = limit
-
-    def keep(self, text: str) -> None:
-        """One delta (once per delta: the per-event path)."""
-        kept = self._kept
-        if kept >= self._limit:
-            return
-        self._kept = kept + len(text)
-        pieces = self._pieces
-        pieces.append(text)
-        if len(pieces) >= _KEEP_JOIN:
-            chunks = self._chunks
-            chunks.append("".join(pieces))
-            self._pieces = []
-            if len(chunks) >= _KEEP_JOIN:
-                self._chunks = ["".join(chunks)]
-
-    def text(self) -> str:
-        """The text kept: the deltas up to the first one that brings it to ``limit``
-        characters, that one included."""
-        return "".join(self._chunks) + "".join(self._pieces)
-
-    def clear(self) -> None:
-        """Start over, empty (in place: a keeper's bound ``keep`` stays valid)."""
-        self._pieces, self._chunks, self._kept = [], [], 0
-
-    def __len__(self) -> int:
-        """The characters kept."""
-        return self._kept
+#: Thinking deltas an attempt holds back at most before it applies them (``_hold``).
+MAX_HELD: Final[int] = 64
 
 
 @dataclass(slots=True)
@@ -173,6 +129,15 @@ class Attempt(abc.ABC):
         # caches, where each cache line touched costs more than the bytecode.
         self.verdict: Verdict | None = None
         self.done = False  # read by the read loop after every event
+        # Choice 0's thinking deltas held back (``_hold``): their texts, characters and
+        # the last one's time; and how many more, of how many characters, may be held
+        # before when (from the chain's ``room``, once the choice has a first delta).
+        self._held: list[str] = []
+        self._held_chars = 0
+        self._held_at = 0.0
+        self._room_tokens = 0
+        self._room_chars = 0
+        self._until = 0.0
         #: Choice 0's state, once it exists (the one every event of one choice updates).
         self._first: ChoiceState | None = None
         # Without salvage in the ladder nothing reads the kept reasoning, and a long
@@ -188,7 +153,7 @@ class Attempt(abc.ABC):
             self._keep_limit = max(self._keep_limit, self._record)
         # Set once a recorded attempt keeps its choices' reasoning past a verdict.
         self._after = False
-        self.choices: dict[int, ChoiceState] = {}
+        self._choices: dict[int, ChoiceState] = {}
         self.number = spec.number
         self.index_map = spec.index_map
         self.earlier = spec.earlier
@@ -224,6 +189,19 @@ class Attempt(abc.ABC):
         self._tick(now)
         return self.verdict
 
+    def settle(self) -> None:
+        """Apply the thinking deltas held back (``_hold``): the attempt's state is then
+        that of every delta fed so far. The public readers below call it."""
+        if self._held:
+            self._settle()
+
+    @property
+    def choices(self) -> dict[int, ChoiceState]:
+        """Each upstream choice's state, by index (settled)."""
+        if self._held:
+            self._settle()
+        return self._choices
+
     @property
     def stopped(self) -> bool:
         """True once a verdict should stop this attempt."""
@@ -232,32 +210,36 @@ class Attempt(abc.ABC):
     @property
     def open_choices(self) -> list[int]:
         """Client-side indices of choices that have not finished, in order."""
-        return sorted(self._client_index(i) for i, c in self.choices.items() if not c.finished)
+        self.settle()
+        return sorted(self._client_index(i) for i, c in self._choices.items() if not c.finished)
 
     @property
     def finished_choices(self) -> frozenset[int]:
         """Client-side indices of the choices this attempt finished."""
-        return frozenset(self._client_index(i) for i, c in self.choices.items() if c.finished)
+        return frozenset(self._client_index(i) for i, c in self._choices.items() if c.finished)
 
     @property
     def counted_tokens(self) -> int:
         """Tokens of every choice of this attempt, counted from its text deltas."""
-        return sum(c.thinking_tokens + c.content_tokens for c in self.choices.values())
+        self.settle()
+        return sum(c.thinking_tokens + c.content_tokens for c in self._choices.values())
 
     @property
     def thinking_tokens(self) -> int:
         """Reasoning tokens of every choice of this attempt."""
-        return sum(c.thinking_tokens for c in self.choices.values())
+        self.settle()
+        return sum(c.thinking_tokens for c in self._choices.values())
 
     @property
     def content_tokens(self) -> int:
         """Answer tokens of every choice of this attempt."""
-        return sum(c.content_tokens for c in self.choices.values())
+        self.settle()
+        return sum(c.content_tokens for c in self._choices.values())
 
     @property
     def truncated(self) -> bool:
         """The stream ended without its end marker while a choice was still open."""
-        return not self.done and (not self.choices or bool(self.open_choices))
+        return not self.done and (not self._choices or bool(self.open_choices))
 
     def reasoning_of(self, index: int) -> str:
         """The (bounded) reasoning text seen for upstream choice ``index`` ("" when the
@@ -288,9 +270,10 @@ class Attempt(abc.ABC):
 
     def totals(self) -> Totals:
         """This attempt's tokens plus the earlier ones', for the next attempt."""
+        self.settle()
         usage = self.usage
         completion = max(usage.completion_tokens if usage else 0, self.counted_tokens)
-        reasoning = sum(c.thinking_tokens for c in self.choices.values())
+        reasoning = sum(c.thinking_tokens for c in self._choices.values())
         return Totals(
             self.earlier.prompt_tokens + (usage.prompt_tokens if usage else 0),
             self.earlier.completion_tokens + completion,
@@ -305,10 +288,10 @@ class Attempt(abc.ABC):
         return self.index_map.get(index, index)
 
     def _state(self, index: int) -> ChoiceState:
-        state = self.choices.get(index)
+        state = self._choices.get(index)
         if state is None:
             chain = default_chain(self._detectors, started_at=self._started_at)
-            state = self.choices[index] = ChoiceState(
+            state = self._choices[index] = ChoiceState(
                 chain, reasoning=KeptText(self._keep_limit) if self.keeps_reasoning else None)
             if self._record:
                 state.recorded = chain.keep_thinking(self._record)
@@ -317,9 +300,11 @@ class Attempt(abc.ABC):
         return state
 
     def _tick(self, now: float) -> None:
+        if self._held:
+            self._settle()
         if self.verdict is not None:
             return
-        for index, state in self.choices.items():
+        for index, state in self._choices.items():
             if not state.finished:
                 verdict = state.chain.tick(now)
                 if verdict is not None:
@@ -331,10 +316,11 @@ class Attempt(abc.ABC):
         (shadow) keeps its choices' reasoning from here delta by delta, since their chains
         are fed no more."""
         self.verdict, self.verdict_index = verdict, index
+        self._room_chars = 0  # nothing is held past a verdict
         if self._record and not self.stop_on_verdict and not self.keeps_reasoning:
             self.keeps_reasoning = self._after = True
             self._keep_limit = self._record
-            for state in self.choices.values():
+            for state in self._choices.values():
                 state.reasoning = KeptText(self._record)
 
     def _text(self, index: int, channel: Channel, text: str, tokens: int, now: float) -> None:
@@ -343,7 +329,9 @@ class Attempt(abc.ABC):
         if channel == THINKING:
             self._think(index, text, tokens, now)
             return
-        state = self.choices.get(index)
+        if self._held:
+            self._settle()
+        state = self._choices.get(index)
         if state is None:
             state = self._state(index)
         state.content_tokens += tokens
@@ -354,27 +342,72 @@ class Attempt(abc.ABC):
             if verdict is not None:
                 self._found(verdict, index)
 
+    def _hold(self, text: str, now: float) -> bool:
+        """Hold back one thinking delta of choice 0 (one token) at ``now``, if it and
+        those held before it cannot reach a verdict (the chain's ``room``); False when it
+        must be applied now (``_think``). What the templated reads call, once per event:
+        it touches this object alone."""
+        chars = self._held_chars + len(text)
+        held = self._held
+        if chars < self._room_chars and len(held) < self._room_tokens and now < self._until:
+            held.append(text)
+            self._held_chars = chars
+            self._held_at = now
+            return True
+        return False
+
+    def _settle(self) -> None:
+        """Apply the held deltas (there are some) as one: joined, at the last one's
+        time."""
+        held = self._held
+        text = "".join(held)
+        self._settled(held, text)
+        self._thought(0, text, len(held), self._held_at, held)
+        held.clear()
+        self._held_chars = 0
+
+    def _settled(self, texts: list[str], joined: str) -> None:
+        """What a wire API keeps of held deltas itself (``texts``, joined ``joined``),
+        before they are applied (nothing, unless overridden)."""
+        return
+
     def _think(self, index: int, text: str, tokens: int, now: float) -> None:
-        """``_text`` of a thinking delta; what the templated reads call, once per event."""
-        state = self._first if index == 0 else self.choices.get(index)
+        """``_text`` of a thinking delta (after the held ones)."""
+        if self._held:
+            self._settle()
+        self._thought(index, text, tokens, now, None)
+
+    def _thought(self, index: int, text: str, tokens: int, now: float,
+                 parts: list[str] | None) -> None:
+        """Apply thinking ``text``: one delta, or the held deltas ``parts`` joined."""
+        state = self._first if index == 0 else self._choices.get(index)
         if state is None:
             state = self._state(index)
         state.thinking_tokens += tokens
         seen = state.reasoning_seen
         if seen < MARK_HEAD:
-            state.reasoning_head += text
+            state.reasoning_head = (state.reasoning_head + text)[:MARK_HEAD]
         state.reasoning_seen = seen + len(text)
         if self.keeps_reasoning:
             kept = state.reasoning
             if kept is not None:
-                kept.keep(text)
+                if parts is None:
+                    kept.keep(text)
+                else:
+                    kept.keep_all(parts, text)
         if self.verdict is None:
-            verdict = state.chain.think(text, tokens, now)
+            chain = state.chain
+            verdict = chain.think(text, tokens, now)
             if verdict is not None:
                 self._found(verdict, index)
+            elif index == 0:
+                tokens_room, self._room_chars, self._until = chain.room()
+                self._room_tokens = min(MAX_HELD, tokens_room - 1)
 
     def _apply(self, parsed: list[Any], now: float) -> None:
         """Update state from one read's events (runs once per upstream event)."""
+        if self._held:
+            self._settle()
         for item in parsed:
             kind = type(item)  # the event types are final: an identity test is enough
             if kind is TextDelta:

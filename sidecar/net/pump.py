@@ -76,7 +76,10 @@ async def pump(pool: UpstreamPool, request: web.Request, ex: Exchange, attempt: 
                 return answer
             ex.upstream_status = up.status
             sink.upstream_headers(up.take_headers())
-            await _reading(_read(up, ex, attempt, sink, window, read_timeout))
+            try:
+                await _reading(_read(up, ex, attempt, sink, window, read_timeout))
+            finally:
+                attempt.settle()  # what the attempt held back, for its readers
             if attempt.stopped:
                 up.close()  # not release(): vLLM must see the disconnect and abort
             elif attempt.truncated:

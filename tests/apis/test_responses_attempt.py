@@ -66,7 +66,8 @@ def test_a_first_attempt_forwards_its_bytes_and_counts_each_delta(split: bool) -
 def test_the_splicer_is_told_the_last_number_and_the_open_items_text(split: bool) -> None:
     """Through a template or a full parse, the attempt keeps every event's
     ``sequence_number`` and tells the splicer every delta of the open item (a tool call's
-    arguments too)."""
+    arguments too). Reasoning deltas the attempt holds back reach the splicer when it
+    settles, as a cut has it do."""
     parts = opened()
     splicer = parts.splicer
     assert isinstance(splicer, ResponsesSplicer)
@@ -75,6 +76,7 @@ def test_the_splicer_is_told_the_last_number_and_the_open_items_text(split: bool
     for read in _reads(body) if split else [body]:
         first.feed(read, 1.0)
     assert first.upstream_sequence == 43
+    first.settle()
     assert splicer.kept.text() == "".join(f" w{i}" for i in range(40))
     call = {"item": {"id": "fc_1", "type": "function_call", "name": "read", "arguments": ""},
             "output_index": 1, "type": "response.output_item.added"}

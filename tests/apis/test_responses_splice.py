@@ -11,7 +11,8 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from sidecar.apis.responses.splice import ResponsesSplicer
-from sidecar.core.attempt import MAX_KEPT_REASONING, Totals
+from sidecar.core.attempt import Totals
+from sidecar.core.kept import MAX_KEPT_REASONING
 from sidecar.errors import UpstreamError
 from tests.apis.responses_events import (
     VERDICT,

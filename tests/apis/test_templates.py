@@ -67,6 +67,8 @@ def _observe(api_name: str, reads: list[bytes], *,
             out += attempt.eof(1.0)
     except UpstreamProtocolError as exc:
         err, out = str(exc), b""
+    finally:
+        attempt.settle()  # as the read loop leaves it (``sidecar.net.pump``)
     verdict = attempt.verdict
     splicer = getattr(attempt, "splicer", None)
     told = ((getattr(attempt, "upstream_sequence", None), splicer.kept.text())

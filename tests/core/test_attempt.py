@@ -15,14 +15,8 @@ import pytest
 
 from detectors import DetectorConfig, default_chain
 from sidecar.apis.openai.api import CHAT
-from sidecar.core.attempt import (
-    MAX_KEPT_REASONING,
-    Attempt,
-    AttemptSpec,
-    ChoiceState,
-    KeptText,
-    Totals,
-)
+from sidecar.core.attempt import Attempt, AttemptSpec, ChoiceState, Totals
+from sidecar.core.kept import MAX_KEPT_REASONING, KeptText
 from sidecar.dialects import DIALECTS
 
 LLAMACPP = Path(__file__).parent.parent / "data" / "captures" / "llama.cpp"

@@ -79,6 +79,8 @@ class OpenAIAttempt(Attempt):
                 # ``fill`` of a reasoning template would only wrap the text: its choice
                 # saw reasoning already (the template was learned from such a chunk).
                 if template.channel is THINKING:
+                    if template.index == 0 and self._hold(text, now):
+                        return chunk
                     self._think(template.index, text, 1, now)
                 else:
                     self._apply(model.fill(template, text), now)
@@ -128,6 +130,7 @@ class OpenAIAttempt(Attempt):
         """The upstream closed the body: process what the decoder still held and return
         the bytes for the client, including an unterminated trailing piece (forwarded
         verbatim by the first attempt, to stay byte-exact)."""
+        self.settle()
         events, rest = self._decoder.close()
         out = self._events(events, now)
         if self.number == 0 and self.aggregator is None and not self.stopped:

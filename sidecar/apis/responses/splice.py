@@ -33,7 +33,8 @@ from detectors import Verdict
 from sidecar.apis.openai.splice import comment
 from sidecar.apis.responses.fold import ResponsesFold
 from sidecar.apis.sse_events import EventAttempt, EventSplicer, encode, token_count
-from sidecar.core.attempt import Attempt, KeptText, Totals
+from sidecar.core.attempt import Attempt, Totals
+from sidecar.core.kept import KeptText
 from sidecar.errors import UpstreamError
 
 _ENDS = ("response.completed", "response.incomplete", "response.failed")
@@ -198,6 +199,7 @@ class ResponsesSplicer(EventSplicer):
 
     def _close(self, attempt: Attempt) -> list[dict[str, Any]]:
         """The events that close the item a cut left open, with status ``incomplete``."""
+        attempt.settle()  # the held deltas' texts, into ``kept``
         if attempt.number == 0 and not self.hide:
             # Forwarded as it came: the upstream's numbers are the client's.
             self.sequence = (attempt.upstream_sequence if isinstance(attempt, EventAttempt)
