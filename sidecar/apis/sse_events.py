@@ -298,8 +298,7 @@ class EventAttempt(Attempt):
             if not isinstance(obj, dict):
                 raise UpstreamProtocolError("stream event is not a JSON object")
             kind = obj.get("type")
-            if self._held:  # before ``_parse`` tells the splicer the event's text
-                self._settle()
+            self.settle()  # before ``_parse`` tells the splicer the event's text
             if self._tells:
                 sequence = obj.get(self.NUMBER_KEY)
                 if isinstance(sequence, int):

@@ -198,8 +198,7 @@ class Attempt(abc.ABC):
     @property
     def choices(self) -> dict[int, ChoiceState]:
         """Each upstream choice's state, by index (settled)."""
-        if self._held:
-            self._settle()
+        self.settle()
         return self._choices
 
     @property
@@ -270,10 +269,9 @@ class Attempt(abc.ABC):
 
     def totals(self) -> Totals:
         """This attempt's tokens plus the earlier ones', for the next attempt."""
-        self.settle()
         usage = self.usage
         completion = max(usage.completion_tokens if usage else 0, self.counted_tokens)
-        reasoning = sum(c.thinking_tokens for c in self._choices.values())
+        reasoning = self.thinking_tokens
         return Totals(
             self.earlier.prompt_tokens + (usage.prompt_tokens if usage else 0),
             self.earlier.completion_tokens + completion,
@@ -300,8 +298,7 @@ class Attempt(abc.ABC):
         return state
 
     def _tick(self, now: float) -> None:
-        if self._held:
-            self._settle()
+        self.settle()
         if self.verdict is not None:
             return
         for index, state in self._choices.items():
