@@ -279,3 +279,52 @@ def test_templates_never_change_the_events(
     for route in ("chat", "completions"):
         assert _feed_all(StreamModel(route, templates=True), payloads) == _feed_all(  # type: ignore[arg-type]
             StreamModel(route), payloads)  # type: ignore[arg-type]
+
+
+def _feed_events(model: StreamModel, payloads: list[bytes]) -> list[object]:
+    """``_feed_all``, each payload offered first as a whole SSE event to ``match_event``
+    (what a first attempt to a streaming client does with a read that is one event)."""
+    out: list[object] = []
+    for data in payloads:
+        hit = model.match_event(b"data: " + data + b"\n\n")
+        if hit is not None:
+            out += model.fill(*hit)
+            continue
+        try:
+            out += model.feed(data)
+        except MalformedChunk as exc:
+            out.append(("malformed", str(exc)))
+    return out + model.flush()
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(_SHAPES, _TEXTS, st.sampled_from([None, None, None, "stop"]),
+                          st.binary(max_size=2), st.booleans()), max_size=25))
+def test_whole_events_read_both_ways_as_a_full_parse(
+        chunks: list[tuple[tuple[str, int], str, str | None, bytes, bool]]) -> None:
+    """Whole events read through ``match_event``, by a template's regular expression
+    first (the pure build's way) or by its byte tests alone (the compiled build's), give
+    the events, or the error, of a full parse of every chunk."""
+    payloads = []
+    for (key, index), text_, finish, junk, corrupt in chunks:
+        data = orjson.dumps({"id": "chatcmpl-1", "object": "chat.completion.chunk",
+                             "choices": [{"index": index, "delta": {key: text_},
+                                          "logprobs": None, "finish_reason": finish}]})
+        if corrupt:
+            at = data.index(b'"' + key.encode() + b'":') + len(key) + 4
+            data = data[:at] + junk + data[at:]
+        payloads.append(data)
+    full = _feed_all(StreamModel("chat"), payloads)
+    for plain_first in (True, False):
+        model = StreamModel("chat", templates=True, plain_first=plain_first)
+        assert _feed_events(model, payloads) == full
+
+
+@pytest.mark.parametrize("plain_first", [True, False], ids=["plain", "bytes"])
+def test_whole_events_of_a_capture_read_through_templates(plain_first: bool) -> None:
+    """On a real vLLM thinking loop, nearly every event reads through a template, either
+    way, with the events of a full parse."""
+    payloads = _payloads("chat_thinking_loop_usage.sse")
+    model = StreamModel("chat", templates=True, plain_first=plain_first)
+    assert _feed_events(model, payloads) == _feed_all(StreamModel("chat"), payloads)
+    assert model.templated >= len(payloads) - 5

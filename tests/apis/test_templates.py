@@ -20,7 +20,8 @@ from sidecar.apis.messages.attempt import MessagesAttempt
 from sidecar.apis.messages.splice import MessagesSplicer
 from sidecar.apis.responses.attempt import ResponsesAttempt
 from sidecar.apis.responses.splice import ResponsesSplicer
-from sidecar.apis.templates import EventTemplates
+from sidecar.apis.sse_events import EventAttempt
+from sidecar.apis.templates import PLAIN_FIRST, EventTemplates
 from sidecar.core.attempt import Attempt, AttemptSpec
 from sidecar.dialects import DIALECTS
 from sidecar.errors import UpstreamProtocolError
@@ -51,12 +52,16 @@ def _events(body: bytes) -> list[bytes]:
     return re.findall(rb".*?\n\n|.+$", body, re.S)
 
 
-def _observe(api_name: str, reads: list[bytes], *,
-             templates: bool = True) -> tuple[tuple[Any, ...], int]:
+def _observe(api_name: str, reads: list[bytes], *, templates: bool = True,
+             plain_first: bool = PLAIN_FIRST) -> tuple[tuple[Any, ...], int]:
     """What a caller can see after ``reads`` went through a first attempt to a streaming
     client: bytes (unless it failed), the error, the verdict, counts and what the
-    splicer was told; and how many events a template read."""
+    splicer was told; and how many events a template read. ``plain_first``: how its
+    templates read (``EventTemplates``; the build's way unless told)."""
     attempt = _attempt(api_name, templates=templates)
+    if plain_first != PLAIN_FIRST:  # the other build's way: the attempt's own, replaced
+        assert isinstance(attempt, EventAttempt)
+        attempt._templates = EventTemplates(plain_first=plain_first)
     out, err = b"", None
     try:
         for read in reads:
@@ -146,18 +151,25 @@ def _responses_event(text: bytes, number: bytes) -> bytes:
             + b"\n\n")
 
 
-def _learned(raw: bytes, number_key: str | None = "sequence_number") -> EventTemplates:
-    templates = EventTemplates()
+#: Both ways a template reads an event: its regular expression first (the pure build's
+#: way), or its byte tests alone (the compiled build's).
+BOTH_WAYS = pytest.mark.parametrize("plain_first", [True, False], ids=["plain", "bytes"])
+
+
+def _learned(raw: bytes, number_key: str | None = "sequence_number", *,
+             plain_first: bool = PLAIN_FIRST) -> EventTemplates:
+    templates = EventTemplates(plain_first=plain_first)
     data = raw.split(b"data: ", 1)[1][:-2]
     templates.learn(raw, data, orjson.loads(data), ("delta",), "tag", number_key)
     return templates
 
 
-def test_a_number_hole_reads_plain_integers_only() -> None:
+@BOTH_WAYS
+def test_a_number_hole_reads_plain_integers_only(plain_first: bool) -> None:
     """The number after the text is read when it is a plain JSON integer; a leading
     zero, a sign, a fraction, an exponent or more than 15 digits is left to a full parse
     (which reports what is wrong or reads what it is)."""
-    templates = _learned(_responses_event(b'"w"', b"5"))
+    templates = _learned(_responses_event(b'"w"', b"5"), plain_first=plain_first)
     assert templates.match(_responses_event(b'"\\"x\\u00e9"', b"123456")) == '"x\u00e9'
     assert templates.number == 123456
     assert templates.match(_responses_event(b'"x"', b"0")) is not None
@@ -182,15 +194,16 @@ def _parsed_text(text: bytes) -> str | None:
     b"plain", " \u00e9 \u4e2d \U0001f642".encode(), b"a\tb", b"\t", b"a\x7f", b"\x01",
     "\u2028".encode(), "\u00a0x".encode(), "\ufeff".encode(), "\uffff".encode(),
     b"\xed\xa0\x80", b"\xff", b"a\xc3", b'a"b', b"a\\nb", b'\\"', b"\\", b"a\\u00e9"])
-def test_a_text_reads_as_a_json_parser_reads_it(body: bytes) -> None:
+@BOTH_WAYS
+def test_a_text_reads_as_a_json_parser_reads_it(body: bytes, plain_first: bool) -> None:
     """A text without escapes is decoded from its bytes, not parsed; anything a JSON
     parser might read otherwise (a control or other non-printable character, bytes that
     are not UTF-8, a quote, an escape) goes to the parser: a template reads exactly what
     parsing the string reads, with or without a number hole."""
     expected = _parsed_text(b'"' + body + b'"')
-    numbered = _learned(_responses_event(b'"w"', b"5"))
+    numbered = _learned(_responses_event(b'"w"', b"5"), plain_first=plain_first)
     assert numbered.match(_responses_event(b'"' + body + b'"', b"7")) == expected
-    plain = _learned(_responses_event(b'"w"', b"5"), None)
+    plain = _learned(_responses_event(b'"w"', b"5"), None, plain_first=plain_first)
     assert plain.match(_responses_event(b'"' + body + b'"', b"5")) == expected
 
 
@@ -227,14 +240,16 @@ def test_learning_stops_when_templates_never_match() -> None:
     assert templates.hits == 0
 
 
-def test_an_event_of_an_older_shape_still_reads_through_its_template() -> None:
+@BOTH_WAYS
+def test_an_event_of_an_older_shape_still_reads_through_its_template(
+        plain_first: bool) -> None:
     """The last learned template is tried first; an event of another learned shape (the
     reasoning again after the answer's template was learned) still reads through its
     own, with its own tag."""
     reasoning = _responses_event(b'"w"', b"1")
     answer = (reasoning.replace(b"reasoning_text", b"output_text")
               .replace(b"rs_1", b"msg_1"))
-    templates = EventTemplates()
+    templates = EventTemplates(plain_first=plain_first)
     for raw, tag in ((reasoning, "thinking"), (answer, "content")):
         data = raw.split(b"data: ", 1)[1][:-2]
         templates.learn(raw, data, orjson.loads(data), ("delta",), tag, "sequence_number")
@@ -242,6 +257,47 @@ def test_an_event_of_an_older_shape_still_reads_through_its_template() -> None:
     assert (templates.tag, templates.number) == ("content", 1)
     assert templates.match(reasoning.replace(b'"w"', b'"r"').replace(b":1,", b":7,")) == "r"
     assert (templates.tag, templates.number) == ("thinking", 7)
+    assert templates.hits == 2
+
+
+@BOTH_WAYS
+def test_an_item_of_the_same_shape_reads_through_its_own_template(plain_first: bool) -> None:
+    """A second reasoning item has the first one's prefix, suffix and mid length, but
+    another item id in its mid: its events read through its own template (learned
+    last). An event whose mid is not the head's, whatever its item, goes to a full parse
+    (the items of a stream come one after the other)."""
+    first = _responses_event(b'"w"', b"1")
+    second = first.replace(b"rs_1", b"rs_2")
+    templates = EventTemplates(plain_first=plain_first)
+    for raw in (first, second):
+        data = raw.split(b"data: ", 1)[1][:-2]
+        templates.learn(raw, data, orjson.loads(data), ("delta",), "t", "sequence_number")
+    assert templates.match(second.replace(b'"w"', b'"b"').replace(b":1,", b":8,")) == "b"
+    assert templates.number == 8
+    assert templates.match(first.replace(b'"w"', b'"a"')) is None
+    assert templates.match(first.replace(b"rs_1", b"rs_3")) is None
+    assert templates.hits == 1
+
+
+def test_the_plain_reading_is_the_regular_expression() -> None:
+    """The pure build's way reads an event whose text holds no escape through the
+    template's regular expression alone, and one with an escape through the byte tests
+    (counted by a recording fake of the template's ``rest``)."""
+    templates = _learned(_responses_event(b'"w"', b"5"), plain_first=True)
+    head = templates._head
+    assert head is not None
+    calls: list[bool] = []
+    real = head.rest
+
+    def recording(raw: bytes, pos: int) -> re.Match[bytes] | None:
+        found = real(raw, pos)
+        calls.append(found is not None)
+        return found
+
+    head.rest = recording
+    assert templates.match(_responses_event(b'"plain text"', b"6")) == "plain text"
+    assert templates.match(_responses_event(b'"a\\nb"', b"7")) == "a\nb"
+    assert calls == [True, False]
     assert templates.hits == 2
 
 
@@ -341,5 +397,6 @@ def test_templates_never_change_what_the_attempt_does(
     or all in one read, gives the bytes, state and error of a full parse of every event."""
     events = (_messages_stream if api == "anthropic.messages" else _responses_stream)(items)
     full = _observe(api, events, templates=False)[0]
-    assert _observe(api, events)[0] == full
-    assert _observe(api, [b"".join(events)])[0] == full
+    for plain_first in (True, False):  # the pure build's way and the compiled build's
+        assert _observe(api, events, plain_first=plain_first)[0] == full
+        assert _observe(api, [b"".join(events)], plain_first=plain_first)[0] == full
