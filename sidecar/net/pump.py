@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import math
-from collections.abc import Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
 
@@ -104,56 +104,68 @@ async def _read(up: UpstreamResponse, ex: Exchange, attempt: Attempt, sink: Sink
     # after the new one: a silence is noticed ``window`` to ``window + step`` after it.
     heard_by = loop.time() + step
     deadline_at = heard_by + window if window < math.inf else None
-    while True:
-        writing = False
-        try:
-            async with asyncio.timeout_at(deadline_at) as deadline:
-                while True:
-                    chunk = await up.readany()
-                    now = loop.time()
-                    if not chunk:
-                        tail = attempt.eof(now)
-                        if tail:
+    # Once the response is open: its own write (``Sink.direct``), one frame less per
+    # chunk, and the bytes written through it, added to the sink's count at the end.
+    write: Callable[[bytes], Awaitable[None]] | None = None
+    sent = 0
+    try:
+        while True:
+            writing = False
+            try:
+                async with asyncio.timeout_at(deadline_at) as deadline:
+                    while True:
+                        chunk = await up.readany()
+                        now = loop.time()
+                        if not chunk:
+                            tail = attempt.eof(now)
+                            if tail:
+                                writing = True
+                                await sink.write(tail)
+                            break
+                        out = attempt.feed(chunk, now)
+                        # Neither the read nor what it became stays bound while the next
+                        # read waits: an idle stream would hold both (up to a whole
+                        # coalesced read each).
+                        del chunk
+                        if out:
                             writing = True
-                            await sink.write(tail)
-                        break
-                    out = attempt.feed(chunk, now)
-                    # Neither the read nor what it became stays bound while the next read
-                    # waits: an idle stream would hold both (up to a whole coalesced read
-                    # each).
-                    del chunk
-                    if out:
-                        writing = True
-                        await sink.write(out)
-                        writing = False
-                    del out
-                    if attempt.done and ex.client_stream:
-                        ex.delivered = True  # the client has its stream's end
-                    # ``stopped`` is a property: no call while there is no verdict.
-                    if attempt.verdict is not None and attempt.stopped:
-                        break
-                    if deadline_at is not None and now > heard_by:
-                        heard_by = now + step
-                        deadline_at = heard_by + window
-                        deadline.reschedule(deadline_at)
-            break
-        except TimeoutError as exc:
-            if not deadline.expired():
-                raise  # not the deadline's: a timeout from further down
-            now = loop.time()
-            if writing:
-                # A client slow to take bytes held the write past the deadline (the bytes
-                # are in the transport already): upstream is not silent, nothing was read
-                # meanwhile.
-                heard_by = now + step
-                deadline_at = heard_by + window
-                continue
-            if read_timeout is not None and now - heard_by >= read_timeout:
-                raise map_upstream_exception(exc, headers_received=True, waited=Waited(
-                    "silence", read_timeout)) from None
-            if attempt.tick(now) is not None and attempt.stopped:
+                            if write is None:
+                                await sink.write(out)
+                                write = sink.direct()
+                            else:
+                                sent += len(out)
+                                await write(out)
+                            writing = False
+                        del out
+                        if attempt.done and ex.client_stream:
+                            ex.delivered = True  # the client has its stream's end
+                        # ``stopped`` is a property: no call while there is no verdict.
+                        if attempt.verdict is not None and attempt.stopped:
+                            break
+                        if deadline_at is not None and now > heard_by:
+                            heard_by = now + step
+                            deadline_at = heard_by + window
+                            deadline.reschedule(deadline_at)
                 break
-            deadline_at = now + step
+            except TimeoutError as exc:
+                if not deadline.expired():
+                    raise  # not the deadline's: a timeout from further down
+                now = loop.time()
+                if writing:
+                    # A client slow to take bytes held the write past the deadline (the
+                    # bytes are in the transport already): upstream is not silent,
+                    # nothing was read meanwhile.
+                    heard_by = now + step
+                    deadline_at = heard_by + window
+                    continue
+                if read_timeout is not None and now - heard_by >= read_timeout:
+                    raise map_upstream_exception(exc, headers_received=True, waited=Waited(
+                        "silence", read_timeout)) from None
+                if attempt.tick(now) is not None and attempt.stopped:
+                    break
+                deadline_at = now + step
+    finally:
+        sink.bytes_sent += sent
 
 
 async def _reading(read: Coroutine[Any, Any, None]) -> None:

@@ -11,7 +11,7 @@ error with a status.
 from __future__ import annotations
 
 import abc
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from aiohttp import web
@@ -45,6 +45,12 @@ class Sink(abc.ABC):
     def write(self, data: bytes) -> Awaitable[None]:
         """Bytes for the client (a body sink gets none: its fold is fed instead), written
         when the returned awaitable is awaited (await it before the next write)."""
+
+    def direct(self) -> Callable[[bytes], Awaitable[None]] | None:
+        """The open response's own write, for a read loop's later chunks: it skips the
+        sink's frame, and the caller adds the bytes it writes so to ``bytes_sent``. None
+        while no response is open (and always for a body sink)."""
+        return None
 
     async def relay(self, status: int, headers: Any, body: bytes) -> None:
         """The upstream answered with something other than a 200 stream: pass it on."""
@@ -104,6 +110,10 @@ class StreamSink(Sink):
             return self._first_write(data)
         self.bytes_sent += len(data)
         return resp.write(data)
+
+    def direct(self) -> Callable[[bytes], Awaitable[None]] | None:
+        resp = self.response
+        return None if resp is None else resp.write
 
     async def _first_write(self, data: bytes) -> None:
         """Start the response, then write ``data``."""

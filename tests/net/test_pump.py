@@ -35,8 +35,9 @@ REFUSAL = b'{"error":{"message":"bad request","type":"BadRequestError","code":40
 
 
 async def upstream(request: web.Request) -> web.StreamResponse:
-    """``X-Test``: ``stream`` (a whole stream), ``refuse`` (a 400) or ``silent`` (a head,
-    one chunk, then nothing)."""
+    """``X-Test``: ``stream`` (a whole stream), ``paced`` (the same, its first chunk three
+    times, each write a read of its own), ``refuse`` (a 400) or ``silent`` (a head, one
+    chunk, then nothing)."""
     await request.read()
     behaviour = request.headers["X-Test"]
     if behaviour == "refuse":
@@ -44,6 +45,11 @@ async def upstream(request: web.Request) -> web.StreamResponse:
     resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
     await resp.prepare(request)
     await resp.write(CHUNK)
+    if behaviour == "paced":
+        for _ in range(2):
+            await asyncio.sleep(0.05)
+            await resp.write(CHUNK)
+        await asyncio.sleep(0.05)
     if behaviour == "silent":
         await asyncio.sleep(30)
     await resp.write(FINISH + b"data: [DONE]\n\n")
@@ -56,6 +62,8 @@ class Pumped:
     """What the client-facing handler saw of each pump it ran."""
 
     results: list[NotStreamed | UpstreamError | None] = dataclasses.field(default_factory=list)
+    #: The sink's count of bytes written, after each pump.
+    sent: list[int] = dataclasses.field(default_factory=list)
     #: Per cancelled pump: whether it ended cancelled, and how many read loops still ran.
     cancelled: list[bool] = dataclasses.field(default_factory=list)
     reading_after: list[int] = dataclasses.field(default_factory=list)
@@ -95,6 +103,7 @@ async def rig(aiohttp_server: ServerFactory) -> AsyncIterator[tuple[str, Pumped,
             pumped.results.append(await pump(pool, request, ex, attempt, b"{}", sink))
         except UpstreamError as err:
             pumped.results.append(err)
+        pumped.sent.append(sink.bytes_sent)
         return await sink.finish(ex)
 
     front = await aiohttp_server(_app(handler))
@@ -120,6 +129,18 @@ async def test_a_stream_is_pumped_to_the_client(rig: tuple[str, Pumped, Upstream
     assert await _post(url, "stream") == (200, STREAM)
     assert pumped.results == [None]
     assert pool.idle == 1  # read to its end: the connection is kept for the next request
+
+
+async def test_the_sink_counts_every_byte_written(
+        rig: tuple[str, Pumped, UpstreamPool]) -> None:
+    """The first chunk goes through the sink, which opens the response, and the later
+    ones straight to the response (``Sink.direct``): the sink's count (the access log's
+    ``bytes``) is still every byte the client got, also when the attempt fails."""
+    url, pumped, _ = rig
+    body = CHUNK * 3 + FINISH + b"data: [DONE]\n\n"
+    assert await _post(url, "paced") == (200, body)
+    assert await _post(url, "silent") == (200, CHUNK)
+    assert pumped.sent == [len(body), len(CHUNK)]
 
 
 async def test_an_answer_that_is_no_stream_is_returned(
