@@ -62,20 +62,22 @@ PLAIN_TEXT: Final[bytes] = rb'([^"\\\x00-\x1f]+)'
 _NUMBER: Final[bytes] = rb"(0|[1-9][0-9]{0,%d})" % (_MAX_DIGITS - 1)
 
 #: The whole-event matchers of templates, one per shape for every stream (as ``_SHARED``).
-_MATCHERS: dict[tuple[bytes, int], Callable[[bytes, int], re.Match[bytes] | None]] = {}
+_MATCHERS: dict[tuple[bytes, int, bool], Callable[[bytes, int], re.Match[bytes] | None]] = {}
 
 
-def shared_matcher(suffix: bytes, mid: int = -1) -> Callable[[bytes, int], re.Match[bytes] | None]:
-    """The ``fullmatch`` (from a position) of the rest of an event from its text on,
-    when the text holds no escape (group 1, its UTF-8 bytes) and it ends in the bytes
-    ``suffix``; with ``mid`` (not negative), the text is followed by a quote and ``mid``
-    more bytes (group 2, to compare with the template's mid) and a plain number (group
-    3). Shared as ``shared_part`` shares bytes: the suffix and the mid's length are the
-    same on every stream of a server, where the mid's bytes may name the stream's item."""
-    key = (suffix, mid)
+def shared_matcher(suffix: bytes, mid: int = -1, *,
+                   quote: bool = False) -> Callable[[bytes, int], re.Match[bytes] | None]:
+    """The ``fullmatch`` (from a position) of the rest of an event from its text on
+    (from the opening quote, with ``quote``), when the text holds no escape (group 1,
+    its UTF-8 bytes) and it ends in the bytes ``suffix``; with ``mid`` (not negative),
+    the text is followed by a quote and ``mid`` more bytes (group 2, to compare with the
+    template's mid) and a plain number (group 3). Shared as ``shared_part`` shares bytes:
+    the suffix and the mid's length are the same on every stream of a server, where the
+    mid's bytes may name the stream's item."""
+    key = (suffix, mid, quote)
     found = _MATCHERS.get(key)
     if found is None:
-        source = PLAIN_TEXT
+        source = b'"' + PLAIN_TEXT if quote else PLAIN_TEXT
         if mid >= 0:
             source += b'(".{%d})' % mid + _NUMBER
         found = re.compile(source + re.escape(suffix)).fullmatch

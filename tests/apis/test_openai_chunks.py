@@ -3,6 +3,7 @@ real vLLM chunks and inline-tag streams."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import orjson
@@ -328,3 +329,30 @@ def test_whole_events_of_a_capture_read_through_templates(plain_first: bool) -> 
     model = StreamModel("chat", templates=True, plain_first=plain_first)
     assert _feed_events(model, payloads) == _feed_all(StreamModel("chat"), payloads)
     assert model.templated >= len(payloads) - 5
+
+
+def test_the_plain_reading_is_the_regular_expression() -> None:
+    """The pure build's way reads a whole event whose text holds no escape through the
+    template's regular expression alone, and one with an escape through the byte tests
+    (counted by a recording fake of the template's ``rest``)."""
+    head = b'{"id":"x","choices":[{"index":0,"delta":{"reasoning":'
+    tail = b'},"logprobs":null,"finish_reason":null}]}'
+    model = StreamModel("chat", templates=True, plain_first=True)
+    model.feed(head + b'"w"' + tail)  # learned
+    template = model._head
+    assert template is not None
+    calls: list[bool] = []
+    real = template.rest
+
+    def recording(raw: bytes, pos: int) -> re.Match[bytes] | None:
+        found = real(raw, pos)
+        calls.append(found is not None)
+        return found
+
+    template.rest = recording
+    plain = model.match_event(b"data: " + head + b'"plain text"' + tail + b"\n\n")
+    escaped = model.match_event(b"data: " + head + b'"a\\nb"' + tail + b"\n\n")
+    assert plain is not None
+    assert escaped is not None
+    assert (plain[1], escaped[1]) == ("plain text", "a\nb")
+    assert calls == [True, False]

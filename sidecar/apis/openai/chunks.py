@@ -89,18 +89,17 @@ class Template:
     field), or None for content and completion text, which go through the choice's
     ``<think>`` tag splitter."""
 
-    __slots__ = ("after", "channel", "event_open", "event_prefix", "event_suffix", "hits",
-                 "index", "prefix", "rest", "start", "suffix")
+    __slots__ = ("after", "channel", "event_prefix", "event_suffix", "hits", "index",
+                 "prefix", "rest", "start", "suffix")
 
     def __init__(self, prefix: bytes, suffix: bytes, index: int, channel: Channel | None) -> None:
         self.prefix = prefix
         self.suffix = shared_part(suffix)
         self.event_prefix = b"data: " + prefix
         self.event_suffix = shared_part(suffix + b"\n\n")
-        #: An event's bytes up to its text (the opening quote included), and the rest of
-        #: it from there when the text holds no escape (``shared_matcher``).
-        self.event_open = self.event_prefix + b'"'
-        self.rest = shared_matcher(shared_part(b'"' + self.event_suffix))
+        #: The rest of an event after ``event_prefix``, from its text's opening quote,
+        #: when the text holds no escape (``shared_matcher``).
+        self.rest = shared_matcher(b'"' + self.event_suffix, quote=True)
         self.start = len(prefix)  # where the text's JSON string begins
         self.after = len(suffix)  # bytes after it
         self.index = index
@@ -225,9 +224,9 @@ class StreamModel:
         # Nearly every event: the head's shape and a text without an escape, read by one
         # regular expression (a fraction of the steps of the general path, in the pure
         # build).
-        open_ = template.event_open
-        if self._plain and raw.startswith(open_):
-            found = template.rest(raw, len(open_))
+        prefix = template.event_prefix
+        if self._plain and raw.startswith(prefix):
+            found = template.rest(raw, len(prefix))
             if found is not None:
                 try:
                     text = found[1].decode()
