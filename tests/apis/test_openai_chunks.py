@@ -260,14 +260,14 @@ _SHAPES = st.sampled_from([("reasoning", 0), ("content", 0), ("reasoning", 1),
                            ("reasoning_content", 0), ("content", 1)])
 
 
-@settings(max_examples=300, deadline=None)
-@given(st.lists(st.tuples(_SHAPES, _TEXTS, st.sampled_from([None, None, None, "stop"]),
-                          st.binary(max_size=2), st.booleans()), max_size=25))
-def test_templates_never_change_the_events(
-        chunks: list[tuple[tuple[str, int], str, str | None, bytes, bool]]) -> None:
-    """Any mix of shapes, texts (escapes, quotes, control characters), finishes and
-    corrupted bytes in the text's place gives the same events, or the same error, as a
-    full parse of every chunk."""
+_Chunk = tuple[tuple[str, int], str, "str | None", bytes, bool]
+_CHUNKS = st.lists(st.tuples(_SHAPES, _TEXTS, st.sampled_from([None, None, None, "stop"]),
+                             st.binary(max_size=2), st.booleans()), max_size=25)
+
+
+def _chunk_payloads(chunks: list[_Chunk]) -> list[bytes]:
+    """The payloads of ``chunks``: each a chunk of one choice's text under one key, with
+    a finish or not, and ``junk`` bytes put into the text's place when ``corrupt``."""
     payloads = []
     for (key, index), text_, finish, junk, corrupt in chunks:
         data = orjson.dumps({"id": "chatcmpl-1", "object": "chat.completion.chunk",
@@ -277,6 +277,17 @@ def test_templates_never_change_the_events(
             at = data.index(b'"' + key.encode() + b'":') + len(key) + 4
             data = data[:at] + junk + data[at:]
         payloads.append(data)
+    return payloads
+
+
+@settings(max_examples=300, deadline=None)
+@given(_CHUNKS)
+def test_templates_never_change_the_events(
+        chunks: list[_Chunk]) -> None:
+    """Any mix of shapes, texts (escapes, quotes, control characters), finishes and
+    corrupted bytes in the text's place gives the same events, or the same error, as a
+    full parse of every chunk."""
+    payloads = _chunk_payloads(chunks)
     for route in ("chat", "completions"):
         assert _feed_all(StreamModel(route, templates=True), payloads) == _feed_all(  # type: ignore[arg-type]
             StreamModel(route), payloads)  # type: ignore[arg-type]
@@ -299,22 +310,13 @@ def _feed_events(model: StreamModel, payloads: list[bytes]) -> list[object]:
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.lists(st.tuples(_SHAPES, _TEXTS, st.sampled_from([None, None, None, "stop"]),
-                          st.binary(max_size=2), st.booleans()), max_size=25))
+@given(_CHUNKS)
 def test_whole_events_read_both_ways_as_a_full_parse(
-        chunks: list[tuple[tuple[str, int], str, str | None, bytes, bool]]) -> None:
+        chunks: list[_Chunk]) -> None:
     """Whole events read through ``match_event``, by a template's regular expression
     first (the pure build's way) or by its byte tests alone (the compiled build's), give
     the events, or the error, of a full parse of every chunk."""
-    payloads = []
-    for (key, index), text_, finish, junk, corrupt in chunks:
-        data = orjson.dumps({"id": "chatcmpl-1", "object": "chat.completion.chunk",
-                             "choices": [{"index": index, "delta": {key: text_},
-                                          "logprobs": None, "finish_reason": finish}]})
-        if corrupt:
-            at = data.index(b'"' + key.encode() + b'":') + len(key) + 4
-            data = data[:at] + junk + data[at:]
-        payloads.append(data)
+    payloads = _chunk_payloads(chunks)
     full = _feed_all(StreamModel("chat"), payloads)
     for plain_first in (True, False):
         model = StreamModel("chat", templates=True, plain_first=plain_first)
