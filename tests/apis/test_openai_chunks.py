@@ -3,7 +3,6 @@ real vLLM chunks and inline-tag streams."""
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 import orjson
@@ -24,6 +23,7 @@ from sidecar.core.events import (
     ToolCallDelta,
     Usage,
 )
+from tests.apis.plain_reads import record_plain_reads
 
 CAPTURES = Path(__file__).parent.parent / "data" / "captures" / "vllm-0.32.0"
 
@@ -343,15 +343,7 @@ def test_the_plain_reading_is_the_regular_expression() -> None:
     model.feed(head + b'"w"' + tail)  # learned
     template = model._head
     assert template is not None
-    calls: list[bool] = []
-    real = template.rest
-
-    def recording(raw: bytes, pos: int) -> re.Match[bytes] | None:
-        found = real(raw, pos)
-        calls.append(found is not None)
-        return found
-
-    template.rest = recording
+    calls = record_plain_reads(template)
     plain = model.match_event(b"data: " + head + b'"plain text"' + tail + b"\n\n")
     escaped = model.match_event(b"data: " + head + b'"a\\nb"' + tail + b"\n\n")
     assert plain is not None

@@ -25,6 +25,7 @@ from sidecar.apis.templates import PLAIN_FIRST, EventTemplates
 from sidecar.core.attempt import Attempt, AttemptSpec
 from sidecar.dialects import DIALECTS
 from sidecar.errors import UpstreamProtocolError
+from tests.apis.plain_reads import record_plain_reads
 from tests.apis.recorded import recorded, request_body
 
 CAPTURES = Path(__file__).parent.parent / "data" / "captures"
@@ -286,15 +287,7 @@ def test_the_plain_reading_is_the_regular_expression() -> None:
     templates = _learned(_responses_event(b'"w"', b"5"), plain_first=True)
     head = templates._head
     assert head is not None
-    calls: list[bool] = []
-    real = head.rest
-
-    def recording(raw: bytes, pos: int) -> re.Match[bytes] | None:
-        found = real(raw, pos)
-        calls.append(found is not None)
-        return found
-
-    head.rest = recording
+    calls = record_plain_reads(head)
     assert templates.match(_responses_event(b'"plain text"', b"6")) == "plain text"
     assert templates.match(_responses_event(b'"a\\nb"', b"7")) == "a\nb"
     assert calls == [True, False]
