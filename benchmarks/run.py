@@ -20,7 +20,8 @@ Suites:
   shadow, sidecar enforce, optionally LiteLLM; ``off``: the sidecar with ``--mode off``,
   its plain pass-through path; ``enforce-notext``: enforce without the text detectors;
   ``enforce-pure``: enforce on the pure-Python fallback (``RUNAWAY_SIDECAR_PURE=1``),
-  where ``enforce`` runs the compiled build if there is one;
+  where ``enforce`` runs the compiled build if there is one (``NAME-pure`` does the same
+  for any sidecar configuration ``NAME`` of this checkout: ``enforce-notext-pure``);
   ``enforce-w2``: enforce with ``--workers 2``, whose busiest process's share of the CPU
   is reported too; ``shadow-record``, ``enforce-record``: with ``[record]`` on (a
   directory of their own); ``parsing-noread``: the parsing floor without aiohttp's per-read
@@ -87,44 +88,82 @@ ONE_OFF = "enforce-no-"
 LITELLM_KEY = "sk-bench-" + secrets.token_hex(16)  # LiteLLM refuses to start without one
 
 
+#: ``NAME-pure``: the sidecar configuration ``NAME`` on the pure-Python fallback
+#: (``RUNAWAY_SIDECAR_PURE=1``) of the same checkout, where ``NAME`` runs the compiled
+#: build if there is one (``detectors.native``): ``enforce-pure``, ``enforce-notext-pure``.
+PURE = "-pure"
+
+
+#: The sidecar configurations (``-pure`` and ``-base`` take these) and the floors.
+SIDECARS = ("off", "shadow", "enforce", "enforce-notext", "enforce-w2", "shadow-record",
+            "enforce-record", *(ONE_OFF + name for name in TEXT_DETECTORS))
+FLOORS = ("passthrough", "parsing", "parsing-lean", "parsing-noread")
+
+
+def config_error(name: str, *, baseline: bool, litellm: bool) -> str | None:
+    """Why ``name`` is no configuration this run can set up (None when it is one):
+    ``baseline``/``litellm`` say whether ``--baseline``/``--litellm`` were given."""
+    if name in ("direct", *FLOORS, *SIDECARS):
+        return None
+    if name.endswith(PURE):
+        if name.removesuffix(PURE) in SIDECARS:
+            return None
+        return f"{name}: {PURE} takes a sidecar configuration ({', '.join(SIDECARS)})"
+    if name.endswith("-base"):
+        if name.removesuffix("-base") not in SIDECARS:
+            return f"{name}: -base takes a sidecar configuration ({', '.join(SIDECARS)})"
+        return None if baseline else f"{name} needs --baseline"
+    if name == "litellm":
+        return None if litellm else "litellm needs --litellm"
+    return (f"unknown configuration {name!r}: one of {', '.join(('direct', *FLOORS, *SIDECARS))}"
+            f", or a sidecar one with {PURE} or -base")
+
+
+def _proxy(upstream: Proc, name: str, litellm: Path | None,
+           baseline: Path | None) -> Proc | None:
+    """The proxy of configuration ``name`` in front of ``upstream`` (None for ``direct``);
+    ``ValueError`` for a name that is none of the module docstring's."""
+    if name == "direct":
+        return None
+    if name in ("passthrough", "parsing", "parsing-lean"):
+        return procs.floor(name, upstream.url)
+    if name == "parsing-noread":
+        return procs.floor("parsing", upstream.url, name, ("--read-timeout", "0"))
+    if name in ("off", "shadow", "enforce"):
+        return procs.sidecar(name, upstream.url, name)
+    if name == "enforce-notext":
+        return procs.sidecar(name, upstream.url, "enforce", extra=NO_TEXT)
+    if name.startswith(ONE_OFF) and name in SIDECARS:
+        detector = name.removeprefix(ONE_OFF)
+        return procs.sidecar(name, upstream.url, "enforce",
+                             extra=(f"--detectors.{detector}-enabled", "false"))
+    if name == "enforce-w2":
+        return procs.sidecar(name, upstream.url, "enforce", workers=2)
+    if name in ("shadow-record", "enforce-record"):
+        # Recording on ([record]): every exchange offered to the recorder, into a
+        # directory of its own.
+        record = tempfile.mkdtemp(prefix="bench-record-")
+        return procs.sidecar(name, upstream.url, name.removesuffix("-record"),
+                             extra=("--record.dir", record))
+    if name.endswith(PURE):
+        proc = _proxy(upstream, name.removesuffix(PURE), litellm, baseline)
+        if proc is None or not proc.sidecar or proc.cwd != procs.ROOT:
+            raise ValueError(f"{name}: {PURE} takes a sidecar configuration of this checkout")
+        proc.name = name
+        proc.env = {**proc.env, PURE_ENV: "1"}
+        return proc
+    if name.endswith("-base") and baseline is not None:
+        return procs.sidecar(name, upstream.url, name.removesuffix("-base"), root=baseline)
+    if name == "litellm" and litellm is not None:
+        return _litellm(litellm, upstream.url)
+    raise ValueError(f"unknown configuration {name!r}")
+
+
 def _setup(upstream: Proc, names: list[str], litellm: Path | None,
            baseline: Path | None = None) -> list[Proc]:
     """The proxies named in ``names`` (``direct`` needs none), in front of ``upstream``."""
-    out: list[Proc] = []
-    for name in names:
-        if name in ("passthrough", "parsing", "parsing-lean"):
-            out.append(procs.floor(name, upstream.url))
-        elif name == "parsing-noread":
-            out.append(procs.floor("parsing", upstream.url, name, ("--read-timeout", "0")))
-        elif name in ("off", "shadow", "enforce"):
-            out.append(procs.sidecar(name, upstream.url, name))
-        elif name == "enforce-notext":
-            out.append(procs.sidecar(name, upstream.url, "enforce", extra=NO_TEXT))
-        elif name.startswith(ONE_OFF):
-            detector = name.removeprefix(ONE_OFF)
-            out.append(procs.sidecar(name, upstream.url, "enforce",
-                                     extra=(f"--detectors.{detector}-enabled", "false")))
-        elif name == "enforce-w2":
-            out.append(procs.sidecar(name, upstream.url, "enforce", workers=2))
-        elif name in ("shadow-record", "enforce-record"):
-            # Recording on ([record]): every exchange offered to the recorder, into a
-            # directory of its own.
-            record = tempfile.mkdtemp(prefix="bench-record-")
-            out.append(procs.sidecar(name, upstream.url, name.removesuffix("-record"),
-                                     extra=("--record.dir", record)))
-        elif name == "enforce-pure":
-            # The pure-Python fallback of the same checkout (``detectors.native``).
-            proc = procs.sidecar(name, upstream.url, "enforce")
-            proc.env = {PURE_ENV: "1"}
-            out.append(proc)
-        elif name.endswith("-base"):
-            assert baseline is not None
-            out.append(procs.sidecar(name, upstream.url, name.removesuffix("-base"),
-                                     root=baseline))
-        elif name == "litellm":
-            assert litellm is not None
-            out.append(_litellm(litellm, upstream.url))
-    return out
+    return [proc for name in names
+            if (proc := _proxy(upstream, name, litellm, baseline)) is not None]
 
 
 def _litellm(venv: Path, upstream: str) -> Proc:
@@ -581,8 +620,10 @@ def main(argv: list[str] | None = None) -> int:
     p.set_defaults(func=workers, duration=8.0)
     args = parser.parse_args(argv)
     for name in args.configs.split(","):
-        if name.startswith(ONE_OFF) and name.removeprefix(ONE_OFF) not in TEXT_DETECTORS:
-            parser.error(f"{name}: {ONE_OFF} takes one of {', '.join(TEXT_DETECTORS)}")
+        error = config_error(name, baseline=args.baseline is not None,
+                             litellm=getattr(args, "litellm", None) is not None)
+        if error is not None:
+            parser.error(error)
     if getattr(args, "api", "chat") != "chat" and (
             args.litellm is not None or "litellm" in args.configs.split(",")):
         parser.error("the litellm configuration is set up for chat completions only")
