@@ -333,6 +333,26 @@ def test_whole_events_of_a_capture_read_through_templates(plain_first: bool) -> 
     assert model.templated >= len(payloads) - 5
 
 
+@pytest.mark.parametrize("plain_first", [True, False], ids=["plain", "bytes"])
+@pytest.mark.parametrize(("first", "second"), [(b'"a"', b'"b"'), (b'"a\\n"', b'"\\"b"')])
+def test_a_read_of_two_events_is_no_whole_event(plain_first: bool, first: bytes,
+                                                second: bytes) -> None:
+    """A read that carries two events of one template starts with the template's prefix
+    and ends with its suffix, but is not one event: ``match_event`` says so (without a
+    JSON parser, by the raw line break), and the general path reads both."""
+    head = b'{"id":"x","choices":[{"index":0,"delta":{"reasoning":'
+    tail = b'},"logprobs":null,"finish_reason":null}]}'
+    model = StreamModel("chat", templates=True, plain_first=plain_first)
+    assert model.match_event(b"data: " + head + b'"learn"' + tail + b"\n\n") is None
+    model.feed(head + b'"learn"' + tail)
+    assert model.match_event(b"data: " + head + b'"one"' + tail + b"\n\n") is not None
+    two = b"data: " + head + first + tail + b"\n\ndata: " + head + second + tail + b"\n\n"
+    assert model.match_event(two) is None
+    texts = [event.text for data in (head + first + tail, head + second + tail)
+             for event in model.feed(data) if isinstance(event, TextDelta)]
+    assert texts == [orjson.loads(first), orjson.loads(second)]
+
+
 def test_the_plain_reading_is_the_regular_expression() -> None:
     """The pure build's way reads a whole event whose text holds no escape through the
     template's regular expression alone, and one with an escape through the byte tests
