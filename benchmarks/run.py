@@ -115,6 +115,8 @@ def config_error(name: str, *, baseline: bool, litellm: bool) -> str | None:
         return None if baseline else f"{name} needs --baseline"
     if name == "litellm":
         return None if litellm else "litellm needs --litellm"
+    if name.startswith(ONE_OFF):
+        return f"{name}: {ONE_OFF} takes one of {', '.join(TEXT_DETECTORS)}"
     return (f"unknown configuration {name!r}: one of {', '.join(('direct', *FLOORS, *SIDECARS))}"
             f", or a sidecar one with {PURE} or -base")
 
