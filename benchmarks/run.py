@@ -68,7 +68,7 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import aiohttp
 
@@ -92,70 +92,87 @@ LITELLM_KEY = "sk-bench-" + secrets.token_hex(16)  # LiteLLM refuses to start wi
 #: (``RUNAWAY_SIDECAR_PURE=1``) of the same checkout, where ``NAME`` runs the compiled
 #: build if there is one (``detectors.native``): ``enforce-pure``, ``enforce-notext-pure``.
 PURE = "-pure"
+#: ``NAME-base``: the sidecar configuration ``NAME`` run from the ``--baseline`` checkout.
+BASE = "-base"
 
 
-#: The sidecar configurations (``-pure`` and ``-base`` take these) and the floors.
-SIDECARS = ("off", "shadow", "enforce", "enforce-notext", "enforce-w2", "shadow-record",
-            "enforce-record", *(ONE_OFF + name for name in TEXT_DETECTORS))
-FLOORS = ("passthrough", "parsing", "parsing-lean", "parsing-noread")
+class _Sidecar(NamedTuple):
+    """How a sidecar configuration runs: its mode, its extra options, its workers, and
+    whether it records (into a directory of its own)."""
+
+    mode: str
+    extra: tuple[str, ...] = ()
+    workers: int = 1
+    record: bool = False
+
+
+#: The sidecar configurations (``-pure`` and ``-base`` take any of these).
+SIDECARS: dict[str, _Sidecar] = {
+    "off": _Sidecar("off"),
+    "shadow": _Sidecar("shadow"),
+    "enforce": _Sidecar("enforce"),
+    "enforce-notext": _Sidecar("enforce", NO_TEXT),
+    "enforce-w2": _Sidecar("enforce", workers=2),
+    "shadow-record": _Sidecar("shadow", record=True),
+    "enforce-record": _Sidecar("enforce", record=True),
+    **{ONE_OFF + name: _Sidecar("enforce", (f"--detectors.{name}-enabled", "false"))
+       for name in TEXT_DETECTORS},
+}
+#: The floors: the kind ``benchmarks.floor`` runs, and its extra options.
+FLOORS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "passthrough": ("passthrough", ()),
+    "parsing": ("parsing", ()),
+    "parsing-lean": ("parsing-lean", ()),
+    "parsing-noread": ("parsing", ("--read-timeout", "0")),
+}
 
 
 def config_error(name: str, *, baseline: bool, litellm: bool) -> str | None:
     """Why ``name`` is no configuration this run can set up (None when it is one):
     ``baseline``/``litellm`` say whether ``--baseline``/``--litellm`` were given."""
-    if name in ("direct", *FLOORS, *SIDECARS):
+    if name == "direct" or name in FLOORS or name in SIDECARS:
         return None
     if name.endswith(PURE):
         if name.removesuffix(PURE) in SIDECARS:
             return None
         return f"{name}: {PURE} takes a sidecar configuration ({', '.join(SIDECARS)})"
-    if name.endswith("-base"):
-        if name.removesuffix("-base") not in SIDECARS:
-            return f"{name}: -base takes a sidecar configuration ({', '.join(SIDECARS)})"
+    if name.endswith(BASE):
+        if name.removesuffix(BASE) not in SIDECARS:
+            return f"{name}: {BASE} takes a sidecar configuration ({', '.join(SIDECARS)})"
         return None if baseline else f"{name} needs --baseline"
     if name == "litellm":
         return None if litellm else "litellm needs --litellm"
     if name.startswith(ONE_OFF):
         return f"{name}: {ONE_OFF} takes one of {', '.join(TEXT_DETECTORS)}"
     return (f"unknown configuration {name!r}: one of {', '.join(('direct', *FLOORS, *SIDECARS))}"
-            f", or a sidecar one with {PURE} or -base")
+            f", or a sidecar one with {PURE} or {BASE}")
+
+
+def _sidecar(name: str, upstream: str, how: _Sidecar, root: Path = procs.ROOT) -> Proc:
+    """The sidecar ``how`` says, named ``name``, from the checkout ``root``."""
+    extra = how.extra
+    if how.record:  # [record] on: every exchange offered to the recorder
+        extra += ("--record.dir", tempfile.mkdtemp(prefix="bench-record-"))
+    return procs.sidecar(name, upstream, how.mode, how.workers, root=root, extra=extra)
 
 
 def _proxy(upstream: Proc, name: str, litellm: Path | None,
            baseline: Path | None) -> Proc | None:
     """The proxy of configuration ``name`` in front of ``upstream`` (None for ``direct``);
-    ``ValueError`` for a name that is none of the module docstring's."""
+    ``ValueError`` for a name ``config_error`` refuses."""
     if name == "direct":
         return None
-    if name in ("passthrough", "parsing", "parsing-lean"):
-        return procs.floor(name, upstream.url)
-    if name == "parsing-noread":
-        return procs.floor("parsing", upstream.url, name, ("--read-timeout", "0"))
-    if name in ("off", "shadow", "enforce"):
-        return procs.sidecar(name, upstream.url, name)
-    if name == "enforce-notext":
-        return procs.sidecar(name, upstream.url, "enforce", extra=NO_TEXT)
-    if name.startswith(ONE_OFF) and name in SIDECARS:
-        detector = name.removeprefix(ONE_OFF)
-        return procs.sidecar(name, upstream.url, "enforce",
-                             extra=(f"--detectors.{detector}-enabled", "false"))
-    if name == "enforce-w2":
-        return procs.sidecar(name, upstream.url, "enforce", workers=2)
-    if name in ("shadow-record", "enforce-record"):
-        # Recording on ([record]): every exchange offered to the recorder, into a
-        # directory of its own.
-        record = tempfile.mkdtemp(prefix="bench-record-")
-        return procs.sidecar(name, upstream.url, name.removesuffix("-record"),
-                             extra=("--record.dir", record))
-    if name.endswith(PURE):
-        proc = _proxy(upstream, name.removesuffix(PURE), litellm, baseline)
-        if proc is None or not proc.sidecar or proc.cwd != procs.ROOT:
-            raise ValueError(f"{name}: {PURE} takes a sidecar configuration of this checkout")
-        proc.name = name
-        proc.env = {**proc.env, PURE_ENV: "1"}
+    if name in FLOORS:
+        kind, extra = FLOORS[name]
+        return procs.floor(kind, upstream.url, name, extra)
+    if name in SIDECARS:
+        return _sidecar(name, upstream.url, SIDECARS[name])
+    if name.endswith(PURE) and name.removesuffix(PURE) in SIDECARS:
+        proc = _sidecar(name, upstream.url, SIDECARS[name.removesuffix(PURE)])
+        proc.env = {PURE_ENV: "1"}
         return proc
-    if name.endswith("-base") and baseline is not None:
-        return procs.sidecar(name, upstream.url, name.removesuffix("-base"), root=baseline)
+    if name.endswith(BASE) and name.removesuffix(BASE) in SIDECARS and baseline is not None:
+        return _sidecar(name, upstream.url, SIDECARS[name.removesuffix(BASE)], root=baseline)
     if name == "litellm" and litellm is not None:
         return _litellm(litellm, upstream.url)
     raise ValueError(f"unknown configuration {name!r}")

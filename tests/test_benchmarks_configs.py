@@ -37,6 +37,19 @@ def test_a_pure_configuration_is_its_sidecar_on_the_fallback() -> None:
     assert tuple(proc.cmd[-len(NO_TEXT):]) == NO_TEXT
 
 
+def test_a_base_configuration_is_its_sidecar_from_the_baseline(tmp_path: Path) -> None:
+    """``NAME-base`` runs configuration ``NAME`` from the baseline checkout: the mode and
+    options of ``NAME`` (``enforce-notext-base`` was started as ``--mode enforce-notext``,
+    which the sidecar refuses)."""
+    proc = _proxy(_UPSTREAM, "enforce-notext-base", None, tmp_path)
+    assert proc is not None
+    assert proc.name == "enforce-notext-base"
+    assert proc.cwd == tmp_path
+    assert proc.env == {}
+    assert proc.cmd[proc.cmd.index("--mode") + 1] == "enforce"
+    assert tuple(proc.cmd[-len(NO_TEXT):]) == NO_TEXT
+
+
 @pytest.mark.parametrize(("name", "baseline", "litellm", "says"), [
     ("enforce-notxt", False, False, "unknown configuration 'enforce-notxt'"),
     ("parsing-pure", False, False, "-pure takes a sidecar configuration"),
